@@ -1,0 +1,62 @@
+"""Group-relative advantages: the critic-free baseline of GRPO (pure tensor functions)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+AdvantageScale = Literal["group", "batch", "none"]
+
+
+def zero_variance_groups(rewards_NG: torch.Tensor) -> torch.Tensor:
+    """Which groups carry no learning signal: every reward in the group is equal.
+
+    Such a group has advantage 0 for all of its completions, hence no policy gradient
+    (the seeds: "a group with no variance provides no useful learning signal"), so the
+    trainer drops it before the loss and counts it.
+
+    Example:
+        >>> zero_variance_groups(torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
+        tensor([ True, False])
+    """
+    return (rewards_NG == rewards_NG[:, :1]).all(dim=1)
+
+
+def group_advantages(
+    rewards_NG: torch.Tensor,
+    *,
+    scale: AdvantageScale = "group",
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Advantage of each completion relative to its own group (GRPO, Shao et al. 2024).
+
+    ``rewards_NG`` holds N groups of G completions' rewards; the result has the same shape.
+
+    - ``"group"`` (the seeds): A_i = (r_i − r̄) / (σ + eps), with r̄ the group mean and
+      σ = sqrt(1/G · Σ_j (r_j − r̄)²) the *population* standard deviation (ddof = 0,
+      dividing by G as the seeds write it; TRL uses ddof = 1).
+    - ``"none"`` (Dr. GRPO, Liu et al. 2025): A_i = r_i − r̄, centred only.
+    - ``"batch"``: A_i = (r_i − r̄) / (σ_batch + eps), the group mean with σ taken over all
+      N·G rewards of the batch (population σ).
+
+    A group whose rewards are all equal gets advantage exactly 0 in every mode.
+
+    Example (the seeds' worked case, G = 8 and 4 correct):
+        >>> group_advantages(torch.tensor([[1.0, 1, 1, 1, 0, 0, 0, 0]]))  # ≈ ±1.0 (1/(1+2e-4))
+    """
+    if rewards_NG.dim() != 2:
+        raise ValueError(f"rewards must have shape (num_groups, G), got {tuple(rewards_NG.shape)}")
+    rewards_NG = rewards_NG.to(torch.float32)
+    centered_NG = rewards_NG - rewards_NG.mean(dim=1, keepdim=True)
+    # Exact zeros for constant groups: the mean of equal floats can differ from them by
+    # rounding, and a 1e-9 residual divided by eps would become a spurious signal.
+    centered_NG = torch.where(zero_variance_groups(rewards_NG)[:, None], 0.0, centered_NG)
+    if scale == "none":
+        return centered_NG
+    if scale == "group":
+        std_N1 = rewards_NG.std(dim=1, unbiased=False, keepdim=True)
+        return centered_NG / (std_N1 + eps)
+    if scale == "batch":
+        return centered_NG / (rewards_NG.std(unbiased=False) + eps)
+    raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")

@@ -1,0 +1,274 @@
+"""Configuration: frozen dataclasses loaded from TOML, with ``--section.key=value`` overrides.
+
+An unknown key or a value of the wrong type or range is a :class:`ConfigError` naming the
+key. The config is never mutated after loading; sizes derived from it live in
+:class:`BatchPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = ""  # a local Hugging Face causal-LM directory (weights + tokenizer)
+    tokenizer_path: str = ""  # defaults to `path`
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"  # "auto" = cuda when available, else cpu
+    gradient_checkpointing: bool = False
+    disable_dropout: bool = True  # dropout would make π_old ≠ π_θ at ratio 1
+    lora_rank: int = 0  # 0 = full fine-tuning
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train_path: str = ""  # JSONL: a prompt column plus task columns for the rewards
+    prompt_column: str = "prompt"
+    max_prompt_tokens: int = 512
+    truncate_long_prompts: bool = False  # False: a longer prompt is an error naming its row
+    chat_template: bool = False  # wrap each prompt as a user turn with the tokenizer's template
+    system_prompt: str = ""
+    shuffle: bool = True
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 8  # G: completions sampled per prompt
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_strings: list[str] = field(default_factory=list)
+    max_sequences_per_batch: int = 512  # generation chunk, bounds KV-cache memory
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    advantage_scale: Literal["group", "batch", "none"] = "group"
+    advantage_eps: float = 1e-4
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    aggregation: Literal["sequence", "token", "constant"] = "sequence"
+    beta: float = 0.04  # KL weight; 0 = no reference model is loaded at all
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    inner_iterations: int = 1  # μ: optimizer steps on each rollout batch
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    function: str = ""  # "module:function", resolved once at start-up
+    weight: float = 1.0
+    timeout_s: float = 0.0  # 0 = no limit
+    on_error: Literal["fail", "zero", "skip_group"] = "fail"
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    max_grad_norm: float = 1.0  # 0 = no clipping
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 100
+    prompts_per_step: int = 16
+    sequences_per_micro_batch: int = 8
+    seed: int = 0
+    run_dir: str = "runs/grpo"
+    save_every: int = 0  # 0 = only the final save
+    resume: bool = False  # continue from RUN_DIR/checkpoint when present
+    log_every: int = 1
+    tensorboard: bool = True  # also write TensorBoard events when tensorboard is installed
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rewards: list[RewardConfig] = field(default_factory=list)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Sizes derived once from the config, printed at start-up."""
+
+    prompts_per_step: int
+    group_size: int
+    sequences_per_step: int
+    sequences_per_micro_batch: int
+    max_micro_batches_per_step: int
+    inner_iterations: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.prompts_per_step} prompts/step × G={self.group_size} = "
+            f"{self.sequences_per_step} sequences/step; micro-batches of "
+            f"{self.sequences_per_micro_batch} sequences (≤ {self.max_micro_batches_per_step} "
+            f"per optimizer step); μ = {self.inner_iterations} optimizer step(s) per rollout batch"
+        )
+
+
+def batch_plan(config: Config) -> BatchPlan:
+    sequences = config.train.prompts_per_step * config.rollout.group_size
+    return BatchPlan(
+        prompts_per_step=config.train.prompts_per_step,
+        group_size=config.rollout.group_size,
+        sequences_per_step=sequences,
+        sequences_per_micro_batch=config.train.sequences_per_micro_batch,
+        max_micro_batches_per_step=math.ceil(sequences / config.train.sequences_per_micro_batch),
+        inner_iterations=config.algorithm.inner_iterations,
+    )
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read TOML (or start from defaults), apply ``section.key=value`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    for override in overrides or []:
+        _apply_override(data, override)
+    config = _build(Config, data, "")
+    validate(config)
+    return config
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    text = override.removeprefix("--")
+    if "=" not in text:
+        raise ConfigError(f"override {override!r} must look like --section.key=value")
+    dotted, raw = text.split("=", 1)
+    keys = dotted.split(".")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is a string
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {override!r}: {key} is not a section")
+    node[keys[-1]] = value
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a table, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"unknown config key {key!r} (known: {', '.join(sorted(names))})")
+    values = {}
+    for name, raw in data.items():
+        key = f"{where}.{name}" if where else name
+        values[name] = _coerce(hints[name], raw, key)
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{key} must be one of {list(choices)}, got {value!r}")
+        return value
+    if origin is list:
+        (item_hint,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        return [_coerce(item_hint, item, f"{key}[{i}]") for i, item in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        raise ConfigError(f"{key}: union types are not supported in config")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {hint}")
+
+
+def validate(config: Config) -> None:
+    """Range checks that types cannot express; each error names its key."""
+    checks: list[tuple[bool, str]] = [
+        (bool(config.model.path), "model.path must name a local model directory"),
+        (bool(config.data.train_path), "data.train_path must name a JSONL file"),
+        (config.data.max_prompt_tokens >= 1, "data.max_prompt_tokens must be ≥ 1"),
+        (config.rollout.group_size >= 2, "rollout.group_size must be ≥ 2 (the group is the baseline)"),
+        (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be ≥ 1"),
+        (config.rollout.temperature > 0, "rollout.temperature must be > 0"),
+        (0 < config.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+        (config.rollout.top_k >= 0, "rollout.top_k must be ≥ 0"),
+        (config.rollout.max_sequences_per_batch >= 1, "rollout.max_sequences_per_batch must be ≥ 1"),
+        (config.algorithm.advantage_eps >= 0, "algorithm.advantage_eps must be ≥ 0"),
+        (0 <= config.algorithm.clip_low < 1, "algorithm.clip_low must be in [0, 1)"),
+        (config.algorithm.clip_high >= 0, "algorithm.clip_high must be ≥ 0"),
+        (config.algorithm.beta >= 0, "algorithm.beta must be ≥ 0"),
+        (config.algorithm.inner_iterations >= 1, "algorithm.inner_iterations must be ≥ 1"),
+        (len(config.rewards) >= 1, "rewards: at least one [[rewards]] table is needed"),
+        (config.optim.lr > 0, "optim.lr must be > 0"),
+        (config.optim.max_grad_norm >= 0, "optim.max_grad_norm must be ≥ 0"),
+        (config.optim.warmup_steps >= 0, "optim.warmup_steps must be ≥ 0"),
+        (config.train.steps >= 1, "train.steps must be ≥ 1"),
+        (config.train.prompts_per_step >= 1, "train.prompts_per_step must be ≥ 1"),
+        (config.train.sequences_per_micro_batch >= 1, "train.sequences_per_micro_batch must be ≥ 1"),
+        (config.train.log_every >= 1, "train.log_every must be ≥ 1"),
+        (config.train.save_every >= 0, "train.save_every must be ≥ 0"),
+        (config.model.lora_rank >= 0, "model.lora_rank must be ≥ 0"),
+    ]
+    for index, reward in enumerate(config.rewards):
+        checks.append((":" in reward.function, f"rewards[{index}].function must be 'module:function'"))
+        checks.append((reward.timeout_s >= 0, f"rewards[{index}].timeout_s must be ≥ 0"))
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)

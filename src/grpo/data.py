@@ -1,0 +1,151 @@
+"""Prompt datasets: loading, validation, prompt formatting and tokenization, and the sampler.
+
+Every row is checked and every prompt tokenized once at start-up, so a bad row stops the
+run before the first step, with the file and row named, instead of hours into it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class DataError(ValueError):
+    """A bad dataset row or file; the message names the file and row."""
+
+
+@dataclass
+class PromptDataset:
+    """Rows of a prompt dataset with their prompts already tokenized.
+
+    ``columns[name][i]`` is row i's value of a task column (passed to reward functions).
+    """
+
+    source: str
+    prompts: list[str]  # the formatted prompt text (after any chat template)
+    prompt_token_ids: list[list[int]]
+    columns: dict[str, list[Any]]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """JSONL rows; other formats (parquet, a `datasets.save_to_disk` folder) via `datasets`."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"dataset not found: {path}")
+    if path.suffix in {".jsonl", ".json"}:
+        rows = []
+        with path.open() as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{path}: row {line_number}: invalid JSON ({error})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path}: row {line_number}: expected a JSON object")
+                rows.append(row)
+        return rows
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"{path}: only .jsonl is readable without the `datasets` extra") from None
+    if path.is_dir():
+        return list(datasets.load_from_disk(str(path)))
+    return list(datasets.load_dataset(path.suffix.lstrip("."), data_files=str(path), split="train"))
+
+
+def format_prompt(text: str, tokenizer: Any, *, chat_template: bool, system_prompt: str) -> str:
+    if not chat_template:
+        return system_prompt + text if system_prompt else text
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError("data.chat_template is true but the tokenizer has no chat template")
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": text})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def load_prompt_dataset(
+    path: str | Path,
+    tokenizer: Any,
+    *,
+    prompt_column: str = "prompt",
+    max_prompt_tokens: int = 512,
+    truncate_long_prompts: bool = False,
+    chat_template: bool = False,
+    system_prompt: str = "",
+) -> PromptDataset:
+    rows = read_rows(path)
+    if not rows:
+        raise DataError(f"{path}: the dataset is empty")
+    prompts, token_ids = [], []
+    column_names = [name for name in rows[0] if name != prompt_column]
+    columns: dict[str, list[Any]] = {name: [] for name in column_names}
+    for index, row in enumerate(rows):
+        where = f"{path}: row {index + 1}"
+        text = row.get(prompt_column)
+        if not isinstance(text, str) or not text:
+            raise DataError(f"{where}: column {prompt_column!r} must be a non-empty string")
+        missing = [name for name in column_names if name not in row]
+        if missing:
+            raise DataError(f"{where}: missing column(s) {missing}")
+        prompt = format_prompt(text, tokenizer, chat_template=chat_template, system_prompt=system_prompt)
+        # A chat template already carries any special tokens it wants.
+        ids = tokenizer(prompt, add_special_tokens=not chat_template)["input_ids"]
+        if len(ids) > max_prompt_tokens:
+            if not truncate_long_prompts:
+                raise DataError(
+                    f"{where}: prompt is {len(ids)} tokens, over data.max_prompt_tokens = "
+                    f"{max_prompt_tokens} (set data.truncate_long_prompts = true to keep its end)"
+                )
+            ids = ids[-max_prompt_tokens:]
+        prompts.append(prompt)
+        token_ids.append(ids)
+        for name in column_names:
+            columns[name].append(row[name])
+    return PromptDataset(source=str(path), prompts=prompts, prompt_token_ids=token_ids, columns=columns)
+
+
+@dataclass
+class PromptSampler:
+    """Epoch-wise shuffled indices with a resumable cursor (epoch, position)."""
+
+    size: int
+    seed: int
+    shuffle: bool = True
+    epoch: int = 0
+    position: int = 0
+    _order: list[int] = field(default_factory=list, repr=False)
+
+    def next_indices(self, count: int) -> list[int]:
+        picked = []
+        while len(picked) < count:
+            if not self._order:
+                self._order = self._epoch_order()
+            if self.position >= self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._epoch_order()
+            take = min(count - len(picked), self.size - self.position)
+            picked.extend(self._order[self.position : self.position + take])
+            self.position += take
+        return picked
+
+    def _epoch_order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+        self._order = self._epoch_order()

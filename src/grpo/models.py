@@ -1,0 +1,100 @@
+"""Loading the policy, the frozen reference model and the tokenizer from local directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from grpo.config import ModelConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load_tokenizer(config: ModelConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.path)
+    if tokenizer.pad_token_id is None:
+        # Padding positions are always masked out; any id will do, EOS is the usual choice.
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"model.tokenizer_path: tokenizer at {config.tokenizer_path or config.path} has no EOS token")
+    return tokenizer
+
+
+def _load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    if not Path(path).exists():
+        raise FileNotFoundError(f"model.path: no model directory at {path} (nothing is downloaded)")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype])
+    return model.to(device)
+
+
+def _disable_dropout(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+
+
+def load_policy(config: ModelConfig, device: torch.device, *, adapter_path: str | None = None) -> nn.Module:
+    """The trainable policy; a LoRA-wrapped one when ``lora_rank > 0``.
+
+    ``adapter_path`` resumes a LoRA adapter; for full fine-tuning, resume by pointing
+    ``path`` at the checkpoint folder instead.
+    """
+    model = _load_causal_lm(config.path, config, device)
+    if config.disable_dropout:
+        _disable_dropout(model)
+    if config.lora_rank > 0:
+        try:
+            from peft import LoraConfig, PeftModel, get_peft_model
+        except ImportError:
+            raise ImportError("model.lora_rank > 0 needs the `peft` extra: pip install 'grpo[peft]'") from None
+        if adapter_path:
+            model = PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
+        else:
+            targets = config.lora_target_modules
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=config.lora_rank,
+                    lora_alpha=config.lora_alpha,
+                    lora_dropout=config.lora_dropout,
+                    target_modules=targets[0] if targets == ["all-linear"] else targets,
+                    task_type="CAUSAL_LM",
+                ),
+            )
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if config.lora_rank > 0:
+            model.enable_input_require_grads()
+    model.train()
+    return model
+
+
+def load_reference(config: ModelConfig, device: torch.device) -> nn.Module:
+    """A frozen copy of the starting policy (no grad, eval mode)."""
+    model = _load_causal_lm(config.path, config, device)
+    model.requires_grad_(False)
+    model.eval()
+    return model
+
+
+def eos_token_ids(model: nn.Module, tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id}
+    generation_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(generation_eos, int):
+        ids.add(generation_eos)
+    elif isinstance(generation_eos, list):
+        ids.update(generation_eos)
+    return ids
