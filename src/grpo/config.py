@@ -75,6 +75,7 @@ class RewardConfig:
     weight: float = 1.0
     timeout_s: float = 0.0  # 0 = no limit
     on_error: Literal["fail", "zero", "skip_group"] = "fail"
+    options: dict[str, Any] = field(default_factory=dict)  # keyword arguments bound at start-up
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,10 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{key} must be a list, got {value!r}")
         return [_coerce(item_hint, item, f"{key}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a table, got {value!r}")
+        return dict(value)
     if origin in (typing.Union, types.UnionType):
         raise ConfigError(f"{key}: union types are not supported in config")
     if hint is bool:

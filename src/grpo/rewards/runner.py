@@ -6,6 +6,7 @@ Contract of a reward function: ``fn(prompts: list[str], completions: list[str], 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import time
@@ -57,10 +58,13 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
         name = config.function.partition(":")[2]
         if any(f.name == name for f in functions):
             name = config.function
+        fn = resolve_function(config.function)
+        if config.options:
+            fn = functools.wraps(fn)(functools.partial(fn, **config.options))
         functions.append(
             RewardFunction(
                 name=name,
-                fn=resolve_function(config.function),
+                fn=fn,
                 weight=config.weight,
                 timeout_s=config.timeout_s,
                 on_error=config.on_error,
