@@ -90,6 +90,14 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    path: str = ""  # held-out JSONL; "" = no evaluation
+    every: int = 0  # steps between evaluations (0 = only before and after training)
+    max_new_tokens: int = 0  # 0 = rollout.max_new_tokens
+    reward: str = ""  # "module:function" scoring ≥ 1 as correct; "" = the first accuracy reward
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     steps: int = 100
     prompts_per_step: int = 16
@@ -111,6 +119,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rewards: list[RewardConfig] = field(default_factory=list)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
@@ -269,6 +278,9 @@ def validate(config: Config) -> None:
         (config.train.sequences_per_micro_batch >= 1, "train.sequences_per_micro_batch must be ≥ 1"),
         (config.train.log_every >= 1, "train.log_every must be ≥ 1"),
         (config.train.save_every >= 0, "train.save_every must be ≥ 0"),
+        (config.eval.every >= 0, "eval.every must be ≥ 0"),
+        (config.eval.max_new_tokens >= 0, "eval.max_new_tokens must be ≥ 0"),
+        (not config.eval.reward or ":" in config.eval.reward, "eval.reward must be 'module:function'"),
         (config.model.lora_rank >= 0, "model.lora_rank must be ≥ 0"),
     ]
     for index, reward in enumerate(config.rewards):

@@ -15,6 +15,7 @@ CONSOLE_KEYS = (
     ("entropy", "ent"),
     ("completion_len/mean", "len"),
     ("grad_norm", "|g|"),
+    ("eval/accuracy", "eval_acc"),
 )
 
 

@@ -12,6 +12,7 @@ import json
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,12 @@ from torch import nn
 
 from grpo.advantages import group_advantages, zero_variance_groups
 from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
-from grpo.config import Config, batch_plan, config_to_dict
+from grpo.config import Config, ConfigError, batch_plan, config_to_dict
 from grpo.data import PromptSampler, load_prompt_dataset
 from grpo.metrics import MetricsLog, console_line
 from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer, pick_device
-from grpo.rewards.runner import RewardFunction, resolve_reward_functions, score_completions
+from grpo.evaluate import greedy_accuracy
+from grpo.rewards.runner import RewardFunction, resolve_function, resolve_reward_functions, score_completions
 from grpo.rollout import SamplingParams, TransformersEngine
 from grpo.update import TrainBatch, policy_update
 
@@ -57,6 +59,34 @@ def decode_completions(tokenizer: Any, ids_BT: torch.Tensor, mask_BT: torch.Tens
     lengths = mask_BT.sum(dim=1).tolist()
     rows = [row[:length] for row, length in zip(ids_BT.tolist(), lengths, strict=True)]
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+def _held_out_evaluator(config: Config, tokenizer: Any, rewards: list[RewardFunction]):
+    """A function policy → held-out greedy accuracy, or None when no eval set is configured."""
+    if not config.eval.path:
+        return None
+    if config.eval.reward:
+        reward = RewardFunction(name=config.eval.reward, fn=resolve_function(config.eval.reward))
+    else:
+        accuracy_rewards = [f for f in rewards if getattr(f.fn, "is_accuracy", False)]
+        if not accuracy_rewards:
+            raise ConfigError("eval.path is set but no reward is an accuracy reward: set eval.reward")
+        reward = accuracy_rewards[0]
+    dataset = load_prompt_dataset(
+        config.eval.path,
+        tokenizer,
+        prompt_column=config.data.prompt_column,
+        max_prompt_tokens=config.data.max_prompt_tokens,
+        truncate_long_prompts=config.data.truncate_long_prompts,
+        chat_template=config.data.chat_template,
+        system_prompt=config.data.system_prompt,
+    )
+    max_new_tokens = config.eval.max_new_tokens or config.rollout.max_new_tokens
+
+    def evaluate(policy: nn.Module) -> float:
+        return greedy_accuracy(policy, tokenizer, dataset, reward, max_new_tokens=max_new_tokens)
+
+    return evaluate
 
 
 def train(
@@ -106,6 +136,7 @@ def train(
         system_prompt=config.data.system_prompt,
     )
     sampler = PromptSampler(len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle)
+    evaluate = _held_out_evaluator(config, tokenizer, rewards)
     optim_cfg = config.optim
     optimizer = torch.optim.AdamW(
         [p for p in policy.parameters() if p.requires_grad],
@@ -151,6 +182,11 @@ def train(
     say(f"grpo: {plan.describe()}")
     log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard)
     history: list[dict[str, float]] = []
+    if evaluate is not None and start_step == 0:
+        accuracy = evaluate(policy)
+        log.write(0, {"eval/accuracy": accuracy})
+        history.append({"step": 0, "eval/accuracy": accuracy})
+        say(f"grpo: held-out greedy accuracy before training: {accuracy:.1%}")
     progress = None
     if verbose and train_cfg.progress:
         from tqdm.auto import tqdm
@@ -209,8 +245,10 @@ def train(
                 reference_context=reference_context,
             )
         else:
-            for _ in range(algo.inner_iterations):  # keep the LR schedule on the step clock
-                scheduler.step()
+            with warnings.catch_warnings():  # no optimizer step was due; keep the LR on the step clock
+                warnings.simplefilter("ignore", UserWarning)
+                for _ in range(algo.inner_iterations):
+                    scheduler.step()
         train_seconds = time.perf_counter() - train_started
 
         # --- 6. Metrics --------------------------------------------------------------------
@@ -232,6 +270,10 @@ def train(
             "time/train": train_seconds,
             "time/step": time.perf_counter() - step_started,
         }
+        if evaluate is not None and (
+            step == train_cfg.steps or (config.eval.every and step % config.eval.every == 0)
+        ):
+            metrics["eval/accuracy"] = evaluate(policy)
         accuracy_values = [
             scores.per_function[f.name] for f in rewards if getattr(f.fn, "is_accuracy", False)
         ]

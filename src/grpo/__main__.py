@@ -1,0 +1,3 @@
+from grpo.cli import main
+
+raise SystemExit(main())
