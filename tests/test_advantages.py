@@ -30,7 +30,9 @@ def test_population_standard_deviation() -> None:
 
 def test_none_is_centering_only() -> None:
     rewards = torch.tensor([[2.0, 0.0, 1.0], [5.0, 5.0, 8.0]])
-    assert torch.allclose(group_advantages(rewards, scale="none"), rewards - rewards.mean(dim=1, keepdim=True))
+    assert torch.allclose(
+        group_advantages(rewards, scale="none"), rewards - rewards.mean(dim=1, keepdim=True)
+    )
 
 
 def test_batch_scale_uses_group_mean_and_batch_sigma() -> None:

@@ -16,7 +16,10 @@ def test_hand_values() -> None:
 
 def test_k3_nonnegative_and_zero_when_equal() -> None:
     generator = torch.Generator().manual_seed(0)
-    logp, ref = -3 * torch.rand(4, 7, generator=generator), -3 * torch.rand(4, 7, generator=generator)
+    logp, ref = (
+        -3 * torch.rand(4, 7, generator=generator),
+        -3 * torch.rand(4, 7, generator=generator),
+    )
     assert (kl_penalty(logp, ref, "k3") >= 0).all()
     assert (kl_penalty(logp, ref, "k2") >= 0).all()
     assert torch.equal(kl_penalty(logp, logp, "k3"), torch.zeros(4, 7))

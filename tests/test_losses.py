@@ -75,7 +75,9 @@ def test_on_policy_gradient_is_advantage_weighted_score() -> None:
 @pytest.mark.parametrize("aggregation", ["sequence", "token", "constant"])
 def test_masked_tokens_get_no_gradient(aggregation: str) -> None:
     logp = torch.randn(2, 3, requires_grad=True)
-    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([0.7, -1.3]), RAGGED, aggregation=aggregation)
+    loss, _ = policy_loss(
+        logp, logp.detach(), torch.tensor([0.7, -1.3]), RAGGED, aggregation=aggregation
+    )
     loss.backward()
     assert (logp.grad[RAGGED == 0] == 0).all()
     assert (logp.grad[RAGGED == 1] != 0).all()
@@ -94,7 +96,14 @@ def test_four_micro_batches_sum_to_the_full_batch(aggregation: str) -> None:
     normalizers = {"num_sequences": 8, "num_tokens": int(mask.sum()), "max_length": 5}
     total = torch.zeros(())
     for rows in (slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)):
-        part, _ = policy_loss(logp[rows], old[rows], advantages[rows], mask[rows], aggregation=aggregation, **normalizers)
+        part, _ = policy_loss(
+            logp[rows],
+            old[rows],
+            advantages[rows],
+            mask[rows],
+            aggregation=aggregation,
+            **normalizers,
+        )
         total = total + part
     (micro_grad,) = torch.autograd.grad(total, logp)
     assert total.item() == pytest.approx(full.item(), abs=1e-6)

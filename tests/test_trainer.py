@@ -57,11 +57,19 @@ def test_two_steps_move_every_parameter(tiny_model_dir, arithmetic_jsonl, tmp_pa
         assert not torch.equal(old, new), f"{name} did not change"
     lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
-    for key in ("reward/mean", "zero_variance_frac", "completion_len/mean", "truncated_frac", "time/rollout"):
+    for key in (
+        "reward/mean",
+        "zero_variance_frac",
+        "completion_len/mean",
+        "truncated_frac",
+        "time/rollout",
+    ):
         assert key in json.loads(lines[-1])
 
 
-def test_beta_zero_loads_no_reference_model(tiny_model_dir, arithmetic_jsonl, tmp_path, monkeypatch) -> None:
+def test_beta_zero_loads_no_reference_model(
+    tiny_model_dir, arithmetic_jsonl, tmp_path, monkeypatch
+) -> None:
     import grpo.trainer
 
     def forbidden(*args, **kwargs):
@@ -73,11 +81,21 @@ def test_beta_zero_loads_no_reference_model(tiny_model_dir, arithmetic_jsonl, tm
     assert all("kl" not in row for row in result.history)
 
 
-def test_zero_variance_groups_are_skipped_and_counted(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+def test_zero_variance_groups_are_skipped_and_counted(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
     from grpo.trainer import train
 
-    constant = [RewardFunction(name="constant", fn=lambda prompts, completions, **_: [1.0] * len(completions))]
-    result = train(_config(tiny_model_dir, arithmetic_jsonl, tmp_path), reward_functions=constant, verbose=False)
+    constant = [
+        RewardFunction(
+            name="constant", fn=lambda prompts, completions, **_: [1.0] * len(completions)
+        )
+    ]
+    result = train(
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path),
+        reward_functions=constant,
+        verbose=False,
+    )
     for row in result.history:
         assert row["zero_variance_frac"] == 1.0 and row["groups_trained"] == 0
         assert "grad_norm" not in row  # no forward/backward was spent
@@ -88,7 +106,14 @@ def test_resume_continues_from_the_checkpoint(tiny_model_dir, arithmetic_jsonl, 
 
     first = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.save_every=1")
     train(first, reward_functions=REWARDS, verbose=False)
-    resumed = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.save_every=1", "train.resume=true", "train.steps=3")
+    resumed = _config(
+        tiny_model_dir,
+        arithmetic_jsonl,
+        tmp_path,
+        "train.save_every=1",
+        "train.resume=true",
+        "train.steps=3",
+    )
     result = train(resumed, reward_functions=REWARDS, verbose=False)
     assert [row["step"] for row in result.history] == [3]
 
@@ -102,7 +127,9 @@ def test_resume_continues_from_the_checkpoint(tiny_model_dir, arithmetic_jsonl, 
         ("optim.lr='fast'", "optim.lr must be a number"),
     ],
 )
-def test_bad_config_names_the_key(tiny_model_dir, arithmetic_jsonl, tmp_path, override, message) -> None:
+def test_bad_config_names_the_key(
+    tiny_model_dir, arithmetic_jsonl, tmp_path, override, message
+) -> None:
     from grpo.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

@@ -28,7 +28,9 @@ def _batch(vocab: int, rows: int = 8) -> TrainBatch:
     )
 
 
-def _step(model: torch.nn.Module, batch: TrainBatch, micro: int, algorithm: AlgorithmConfig) -> dict:
+def _step(
+    model: torch.nn.Module, batch: TrainBatch, micro: int, algorithm: AlgorithmConfig
+) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     return policy_update(
@@ -84,8 +86,13 @@ def test_completion_logprobs_match_a_full_softmax(tiny_model_dir) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     batch = _batch(model.config.vocab_size, rows=1)  # one row: no padding in the prompt
     logp, entropy = completion_logprobs(
-        model, batch.prompt_ids_BP, batch.prompt_mask_BP, batch.completion_ids_BT, batch.completion_mask_BT,
-        temperature=0.5, with_entropy=True,
+        model,
+        batch.prompt_ids_BP,
+        batch.prompt_mask_BP,
+        batch.completion_ids_BT,
+        batch.completion_mask_BT,
+        temperature=0.5,
+        with_entropy=True,
     )
     ids = torch.cat([batch.prompt_ids_BP, batch.completion_ids_BT], dim=1)
     logits = model(input_ids=ids).logits[:, 3:-1] / 0.5

@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 
-def save_model(model: nn.Module, tokenizer: Any, directory: Path, *, merge_lora: bool = False) -> None:
+def save_model(
+    model: nn.Module, tokenizer: Any, directory: Path, *, merge_lora: bool = False
+) -> None:
     """Save in Hugging Face format; with ``merge_lora`` a LoRA model is saved merged."""
     directory.mkdir(parents=True, exist_ok=True)
     to_save = model

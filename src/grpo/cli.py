@@ -20,7 +20,10 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
     bad = [o for o in overrides if not (o.startswith("--") and "=" in o)]
     if bad:
-        print(f"grpo train: unrecognised argument(s) {bad}; overrides look like --section.key=value", file=sys.stderr)
+        print(
+            f"grpo train: unrecognised argument(s) {bad}; overrides look like --section.key=value",
+            file=sys.stderr,
+        )
         return 2
     config = load_config(args.config, overrides)
     _quiet_transformers()
@@ -51,7 +54,9 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     dataset = load_prompt_dataset(args.data, tokenizer, max_prompt_tokens=10**9)
     reward = RewardFunction(name=args.reward.partition(":")[2], fn=resolve_function(args.reward))
-    accuracy = greedy_accuracy(model, tokenizer, dataset, reward, max_new_tokens=args.max_new_tokens)
+    accuracy = greedy_accuracy(
+        model, tokenizer, dataset, reward, max_new_tokens=args.max_new_tokens
+    )
     print(f"greedy accuracy on {len(dataset)} prompts of {args.data}: {accuracy:.1%}")
     return 0
 
@@ -72,13 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpo", description="GRPO for Hugging Face causal LMs")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train from a TOML config; override keys with --section.key=value")
+    train = commands.add_parser(
+        "train", help="train from a TOML config; override keys with --section.key=value"
+    )
     train.add_argument("config", help="path to the TOML config")
     train.set_defaults(handler=cmd_train)
 
-    demo = commands.add_parser("demo", help="the embedded default: warm start → GRPO → held-out accuracy")
+    demo = commands.add_parser(
+        "demo", help="the embedded default: warm start → GRPO → held-out accuracy"
+    )
     demo.add_argument("--work-dir", default="runs/demo", help="where the model, data and run go")
-    demo.add_argument("--quick", action="store_true", help="a few steps only, to check the plumbing")
+    demo.add_argument(
+        "--quick", action="store_true", help="a few steps only, to check the plumbing"
+    )
     demo.set_defaults(handler=cmd_demo)
 
     evaluate = commands.add_parser("eval", help="greedy accuracy of a model on a JSONL prompt set")

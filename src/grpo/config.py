@@ -258,12 +258,18 @@ def validate(config: Config) -> None:
         (bool(config.model.path), "model.path must name a local model directory"),
         (bool(config.data.train_path), "data.train_path must name a JSONL file"),
         (config.data.max_prompt_tokens >= 1, "data.max_prompt_tokens must be ≥ 1"),
-        (config.rollout.group_size >= 2, "rollout.group_size must be ≥ 2 (the group is the baseline)"),
+        (
+            config.rollout.group_size >= 2,
+            "rollout.group_size must be ≥ 2 (the group is the baseline)",
+        ),
         (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be ≥ 1"),
         (config.rollout.temperature > 0, "rollout.temperature must be > 0"),
         (0 < config.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
         (config.rollout.top_k >= 0, "rollout.top_k must be ≥ 0"),
-        (config.rollout.max_sequences_per_batch >= 1, "rollout.max_sequences_per_batch must be ≥ 1"),
+        (
+            config.rollout.max_sequences_per_batch >= 1,
+            "rollout.max_sequences_per_batch must be ≥ 1",
+        ),
         (config.algorithm.advantage_eps >= 0, "algorithm.advantage_eps must be ≥ 0"),
         (0 <= config.algorithm.clip_low < 1, "algorithm.clip_low must be in [0, 1)"),
         (config.algorithm.clip_high >= 0, "algorithm.clip_high must be ≥ 0"),
@@ -275,16 +281,24 @@ def validate(config: Config) -> None:
         (config.optim.warmup_steps >= 0, "optim.warmup_steps must be ≥ 0"),
         (config.train.steps >= 1, "train.steps must be ≥ 1"),
         (config.train.prompts_per_step >= 1, "train.prompts_per_step must be ≥ 1"),
-        (config.train.sequences_per_micro_batch >= 1, "train.sequences_per_micro_batch must be ≥ 1"),
+        (
+            config.train.sequences_per_micro_batch >= 1,
+            "train.sequences_per_micro_batch must be ≥ 1",
+        ),
         (config.train.log_every >= 1, "train.log_every must be ≥ 1"),
         (config.train.save_every >= 0, "train.save_every must be ≥ 0"),
         (config.eval.every >= 0, "eval.every must be ≥ 0"),
         (config.eval.max_new_tokens >= 0, "eval.max_new_tokens must be ≥ 0"),
-        (not config.eval.reward or ":" in config.eval.reward, "eval.reward must be 'module:function'"),
+        (
+            not config.eval.reward or ":" in config.eval.reward,
+            "eval.reward must be 'module:function'",
+        ),
         (config.model.lora_rank >= 0, "model.lora_rank must be ≥ 0"),
     ]
     for index, reward in enumerate(config.rewards):
-        checks.append((":" in reward.function, f"rewards[{index}].function must be 'module:function'"))
+        checks.append(
+            (":" in reward.function, f"rewards[{index}].function must be 'module:function'")
+        )
         checks.append((reward.timeout_s >= 0, f"rewards[{index}].timeout_s must be ≥ 0"))
     for ok, message in checks:
         if not ok:

@@ -96,7 +96,9 @@ def load_prompt_dataset(
         missing = [name for name in column_names if name not in row]
         if missing:
             raise DataError(f"{where}: missing column(s) {missing}")
-        prompt = format_prompt(text, tokenizer, chat_template=chat_template, system_prompt=system_prompt)
+        prompt = format_prompt(
+            text, tokenizer, chat_template=chat_template, system_prompt=system_prompt
+        )
         # A chat template already carries any special tokens it wants.
         ids = tokenizer(prompt, add_special_tokens=not chat_template)["input_ids"]
         if len(ids) > max_prompt_tokens:
@@ -110,7 +112,9 @@ def load_prompt_dataset(
         token_ids.append(ids)
         for name in column_names:
             columns[name].append(row[name])
-    return PromptDataset(source=str(path), prompts=prompts, prompt_token_ids=token_ids, columns=columns)
+    return PromptDataset(
+        source=str(path), prompts=prompts, prompt_token_ids=token_ids, columns=columns
+    )
 
 
 @dataclass

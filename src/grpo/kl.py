@@ -9,7 +9,9 @@ import torch
 KLKind = Literal["k1", "k2", "k3"]
 
 
-def kl_penalty(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, kind: KLKind = "k3") -> torch.Tensor:
+def kl_penalty(
+    logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, kind: KLKind = "k3"
+) -> torch.Tensor:
     """Per-token KL estimate for tokens sampled from π_θ (Schulman, "Approximating KL", 2020).
 
     With d = log π_ref(y_t) − log π_θ(y_t):

@@ -70,7 +70,9 @@ def text_curve(values: list[float], *, width: int = 60, height: int = 10, label:
     per = len(values) / buckets
     points = [
         sum(chunk) / len(chunk)
-        for chunk in (values[int(i * per) : max(int((i + 1) * per), int(i * per) + 1)] for i in range(buckets))
+        for chunk in (
+            values[int(i * per) : max(int((i + 1) * per), int(i * per) + 1)] for i in range(buckets)
+        )
     ]
     low, high = min(points), max(points)
     span = (high - low) or 1.0

@@ -19,23 +19,34 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def require_local_directory(path: str, key: str) -> None:
+    """Nothing is downloaded: a path that is not a local directory is an error naming its key."""
+    if not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"{key}: no local model directory at {path!r} (nothing is downloaded)"
+        )
+
+
 def load_tokenizer(config: ModelConfig) -> Any:
     from transformers import AutoTokenizer
 
+    key = "model.tokenizer_path" if config.tokenizer_path else "model.path"
+    require_local_directory(config.tokenizer_path or config.path, key)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.path)
     if tokenizer.pad_token_id is None:
         # Padding positions are always masked out; any id will do, EOS is the usual choice.
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"model.tokenizer_path: tokenizer at {config.tokenizer_path or config.path} has no EOS token")
+        raise ValueError(
+            f"model.tokenizer_path: tokenizer at {config.tokenizer_path or config.path} has no EOS token"
+        )
     return tokenizer
 
 
 def _load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
-    if not Path(path).exists():
-        raise FileNotFoundError(f"model.path: no model directory at {path} (nothing is downloaded)")
+    require_local_directory(path, "model.path")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype])
     return model.to(device)
 
@@ -46,7 +57,9 @@ def _disable_dropout(model: nn.Module) -> None:
             module.p = 0.0
 
 
-def load_policy(config: ModelConfig, device: torch.device, *, adapter_path: str | None = None) -> nn.Module:
+def load_policy(
+    config: ModelConfig, device: torch.device, *, adapter_path: str | None = None
+) -> nn.Module:
     """The trainable policy; a LoRA-wrapped one when ``lora_rank > 0``.
 
     ``adapter_path`` resumes a LoRA adapter; for full fine-tuning, resume by pointing
@@ -59,7 +72,9 @@ def load_policy(config: ModelConfig, device: torch.device, *, adapter_path: str 
         try:
             from peft import LoraConfig, PeftModel, get_peft_model
         except ImportError:
-            raise ImportError("model.lora_rank > 0 needs the `peft` extra: pip install 'grpo[peft]'") from None
+            raise ImportError(
+                "model.lora_rank > 0 needs the `peft` extra: pip install 'grpo[peft]'"
+            ) from None
         if adapter_path:
             model = PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
         else:

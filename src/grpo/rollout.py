@@ -118,7 +118,9 @@ class TransformersEngine:
             raise ValueError("stop_strings need a decode function")
         prompts_per_chunk = max(1, self.max_sequences_per_batch // group_size)
         chunks = [
-            self._generate_chunk(prompt_token_ids[i : i + prompts_per_chunk], group_size, params, generator)
+            self._generate_chunk(
+                prompt_token_ids[i : i + prompts_per_chunk], group_size, params, generator
+            )
             for i in range(0, len(prompt_token_ids), prompts_per_chunk)
         ]
         return _concat_rollouts(chunks, self.pad_token_id)
@@ -174,7 +176,9 @@ class TransformersEngine:
                     token_B = torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
                 token_B = torch.where(done_B, self.pad_token_id, token_B)
                 tokens.append(token_B)
-                logps.append(torch.where(done_B, 0.0, logp_BV.gather(1, token_B[:, None]).squeeze(1)))
+                logps.append(
+                    torch.where(done_B, 0.0, logp_BV.gather(1, token_B[:, None]).squeeze(1))
+                )
                 masks.append((~done_B).long())
                 ended_B = ~done_B & torch.isin(token_B, eos_ids)
                 if params.stop_strings:
@@ -183,7 +187,9 @@ class TransformersEngine:
                 done_B |= ended_B
                 if bool(done_B.all()):
                     break
-                attention_mask_BL = torch.cat([attention_mask_BL, torch.ones_like(token_B)[:, None]], dim=1)
+                attention_mask_BL = torch.cat(
+                    [attention_mask_BL, torch.ones_like(token_B)[:, None]], dim=1
+                )
                 logits_BV = model(
                     input_ids=token_B[:, None],
                     attention_mask=attention_mask_BL,
@@ -230,7 +236,9 @@ def _concat_rollouts(chunks: list[Rollout], pad_id: int) -> Rollout:
     return Rollout(
         prompt_ids_BP=torch.cat([pad_to(c.prompt_ids_BP, p, pad_id, True) for c in chunks]),
         prompt_mask_BP=torch.cat([pad_to(c.prompt_mask_BP, p, 0, True) for c in chunks]),
-        completion_ids_BT=torch.cat([pad_to(c.completion_ids_BT, t, pad_id, False) for c in chunks]),
+        completion_ids_BT=torch.cat(
+            [pad_to(c.completion_ids_BT, t, pad_id, False) for c in chunks]
+        ),
         completion_mask_BT=torch.cat([pad_to(c.completion_mask_BT, t, 0, False) for c in chunks]),
         sampler_logp_BT=torch.cat([pad_to(c.sampler_logp_BT, t, 0.0, False) for c in chunks]),
         stopped_B=torch.cat([c.stopped_B for c in chunks]),

@@ -24,10 +24,15 @@ from grpo.advantages import group_advantages, zero_variance_groups
 from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
 from grpo.config import Config, ConfigError, batch_plan, config_to_dict
 from grpo.data import PromptSampler, load_prompt_dataset
+from grpo.evaluate import greedy_accuracy
 from grpo.metrics import MetricsLog, console_line
 from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer, pick_device
-from grpo.evaluate import greedy_accuracy
-from grpo.rewards.runner import RewardFunction, resolve_function, resolve_reward_functions, score_completions
+from grpo.rewards.runner import (
+    RewardFunction,
+    resolve_function,
+    resolve_reward_functions,
+    score_completions,
+)
 from grpo.rollout import SamplingParams, TransformersEngine
 from grpo.update import TrainBatch, policy_update
 
@@ -70,7 +75,9 @@ def _held_out_evaluator(config: Config, tokenizer: Any, rewards: list[RewardFunc
     else:
         accuracy_rewards = [f for f in rewards if getattr(f.fn, "is_accuracy", False)]
         if not accuracy_rewards:
-            raise ConfigError("eval.path is set but no reward is an accuracy reward: set eval.reward")
+            raise ConfigError(
+                "eval.path is set but no reward is an accuracy reward: set eval.reward"
+            )
         reward = accuracy_rewards[0]
     dataset = load_prompt_dataset(
         config.eval.path,
@@ -118,14 +125,20 @@ def train(
     if resuming and not uses_lora:
         policy = load_policy(dataclasses.replace(config.model, path=str(checkpoint_dir)), device)
     else:
-        policy = load_policy(config.model, device, adapter_path=str(checkpoint_dir) if resuming else None)
+        policy = load_policy(
+            config.model, device, adapter_path=str(checkpoint_dir) if resuming else None
+        )
     reference, reference_context = None, None
     if algo.beta > 0:
         if uses_lora:  # the base weights are the reference: no second copy in memory
             reference_context = policy.disable_adapter
         else:
             reference = load_reference(config.model, device)
-    rewards = reward_functions if reward_functions is not None else resolve_reward_functions(config.rewards)
+    rewards = (
+        reward_functions
+        if reward_functions is not None
+        else resolve_reward_functions(config.rewards)
+    )
     dataset = load_prompt_dataset(
         config.data.train_path,
         tokenizer,
@@ -173,12 +186,16 @@ def train(
         start_step = state["step"]
         say(f"resumed from {checkpoint_dir} at step {start_step}")
         if start_step >= train_cfg.steps:
-            say(f"nothing to train: the checkpoint is at step {start_step} of train.steps = {train_cfg.steps}")
+            say(
+                f"nothing to train: the checkpoint is at step {start_step} of train.steps = {train_cfg.steps}"
+            )
     plan = batch_plan(config)
     group_size, prompts_per_step = plan.group_size, plan.prompts_per_step
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    say(f"grpo: {dataset.source}: {len(dataset)} prompts; policy {config.model.path} ({trainable:,} trainable "
-        f"parameters) on {device}; reference: {'none (β = 0)' if algo.beta == 0 else 'LoRA base' if uses_lora else 'frozen copy'}")
+    say(
+        f"grpo: {dataset.source}: {len(dataset)} prompts; policy {config.model.path} ({trainable:,} trainable "
+        f"parameters) on {device}; reference: {'none (β = 0)' if algo.beta == 0 else 'LoRA base' if uses_lora else 'frozen copy'}"
+    )
     say(f"grpo: {plan.describe()}")
     log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard)
     history: list[dict[str, float]] = []
@@ -191,7 +208,9 @@ def train(
     if verbose and train_cfg.progress:
         from tqdm.auto import tqdm
 
-        progress = tqdm(total=train_cfg.steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True)
+        progress = tqdm(
+            total=train_cfg.steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True
+        )
 
     for step in range(start_step + 1, train_cfg.steps + 1):
         step_started = time.perf_counter()
@@ -200,8 +219,12 @@ def train(
         rows = [index for index in indices for _ in range(group_size)]  # row b → prompt b // G
 
         # --- 2. Roll out G completions per prompt from the current policy ---------------
-        rollout = engine.generate([dataset.prompt_token_ids[i] for i in indices], group_size, sampling, generator)
-        completions = decode_completions(tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT)
+        rollout = engine.generate(
+            [dataset.prompt_token_ids[i] for i in indices], group_size, sampling, generator
+        )
+        completions = decode_completions(
+            tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT
+        )
         rollout_seconds = time.perf_counter() - step_started
 
         # --- 3. Score every completion ----------------------------------------------------
@@ -214,10 +237,16 @@ def train(
 
         # --- 4. Group advantages; zero-variance groups carry no signal and are dropped ----
         rewards_NG = scores.total_B.view(prompts_per_step, group_size)
-        advantages_B = group_advantages(rewards_NG, scale=algo.advantage_scale, eps=algo.advantage_eps).view(-1)
+        advantages_B = group_advantages(
+            rewards_NG, scale=algo.advantage_scale, eps=algo.advantage_eps
+        ).view(-1)
         zero_variance_N = zero_variance_groups(rewards_NG)
         skipped_N = scores.skip_B.view(prompts_per_step, group_size).any(dim=1)
-        keep_B = (~zero_variance_N & ~skipped_N).repeat_interleave(group_size).to(rollout.completion_ids_BT.device)
+        keep_B = (
+            (~zero_variance_N & ~skipped_N)
+            .repeat_interleave(group_size)
+            .to(rollout.completion_ids_BT.device)
+        )
 
         # --- 5. Policy update: μ optimizer steps over micro-batches of the kept rows -----
         train_started = time.perf_counter()
@@ -245,7 +274,9 @@ def train(
                 reference_context=reference_context,
             )
         else:
-            with warnings.catch_warnings():  # no optimizer step was due; keep the LR on the step clock
+            with (
+                warnings.catch_warnings()
+            ):  # no optimizer step was due; keep the LR on the step clock
                 warnings.simplefilter("ignore", UserWarning)
                 for _ in range(algo.inner_iterations):
                     scheduler.step()
@@ -317,5 +348,9 @@ def train(
             sampler_state=sampler.state_dict(),
             generator=generator,
         )
-    say(f"grpo: final policy saved to {final_dir} (safetensors; AutoModelForCausalLM.from_pretrained loads it)")
-    return TrainResult(run_dir=run_dir, final_dir=final_dir, history=history, model=policy, tokenizer=tokenizer)
+    say(
+        f"grpo: final policy saved to {final_dir} (safetensors; AutoModelForCausalLM.from_pretrained loads it)"
+    )
+    return TrainResult(
+        run_dir=run_dir, final_dir=final_dir, history=history, model=policy, tokenizer=tokenizer
+    )

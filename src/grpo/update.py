@@ -36,7 +36,9 @@ class TrainBatch:
         """Rows ``rows`` with padding columns that no row of them uses trimmed away."""
         prompt_mask = self.prompt_mask_BP[rows]
         completion_mask = self.completion_mask_BT[rows]
-        first_prompt_column = int((prompt_mask.sum(dim=0) > 0).nonzero().min()) if prompt_mask.any() else 0
+        first_prompt_column = (
+            int((prompt_mask.sum(dim=0) > 0).nonzero().min()) if prompt_mask.any() else 0
+        )
         completion_width = max(int(completion_mask.sum(dim=1).max()), 1)
         prompt_cols = slice(first_prompt_column, None)
         completion_cols = slice(0, completion_width)
@@ -75,7 +77,10 @@ def policy_update(
     itself inside ``reference_context`` (adapters disabled).
     """
     rows = batch.advantages_B.shape[0]
-    slices = [slice(i, min(i + sequences_per_micro_batch, rows)) for i in range(0, rows, sequences_per_micro_batch)]
+    slices = [
+        slice(i, min(i + sequences_per_micro_batch, rows))
+        for i in range(0, rows, sequences_per_micro_batch)
+    ]
     micro_batches = [batch.micro_batch(s) for s in slices]
     normalizers = {
         "num_sequences": rows,
@@ -84,7 +89,9 @@ def policy_update(
     }
     use_kl = algorithm.beta > 0
     reference_logps = [
-        _reference_logprobs(policy, reference, reference_context, micro, temperature) if use_kl else None
+        _reference_logprobs(policy, reference, reference_context, micro, temperature)
+        if use_kl
+        else None
         for micro in micro_batches
     ]
     old_logps: list[torch.Tensor | None] = [None] * len(micro_batches)
@@ -137,17 +144,25 @@ def policy_update(
                 add("loss", loss.item())
                 add("clip_frac_low", stats["clip_frac_low"].item() * tokens / token_total)
                 add("clip_frac_high", stats["clip_frac_high"].item() * tokens / token_total)
-                totals["ratio_min"] = min(totals.get("ratio_min", math.inf), stats["ratio_min"].item())
-                totals["ratio_max"] = max(totals.get("ratio_max", -math.inf), stats["ratio_max"].item())
+                totals["ratio_min"] = min(
+                    totals.get("ratio_min", math.inf), stats["ratio_min"].item()
+                )
+                totals["ratio_max"] = max(
+                    totals.get("ratio_max", -math.inf), stats["ratio_max"].item()
+                )
             if first:
                 keep_BT = mask_BT.bool()
                 add("entropy", float(entropy_BT[keep_BT].sum()) / token_total)
                 gap = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
                 add("sampler_logp_gap", float(gap[keep_BT].sum()) / token_total)
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm if max_grad_norm > 0 else math.inf)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            trainable, max_grad_norm if max_grad_norm > 0 else math.inf
+        )
         if not torch.isfinite(grad_norm):
             optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError(f"gradient norm is {grad_norm.item()} at inner iteration {iteration}")
+            raise FloatingPointError(
+                f"gradient norm is {grad_norm.item()} at inner iteration {iteration}"
+            )
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -165,7 +180,9 @@ def _reference_logprobs(
     temperature: float,
 ) -> torch.Tensor:
     model = reference if reference is not None else policy
-    context = reference_context() if reference is None and reference_context else contextlib.nullcontext()
+    context = (
+        reference_context() if reference is None and reference_context else contextlib.nullcontext()
+    )
     with context:
         logp_BT, _ = completion_logprobs(
             model,

@@ -28,7 +28,9 @@ def supervised_warm_start(
     for _ in range(steps):
         batch = [rows[rng.randrange(len(rows))] for _ in range(batch_size)]
         prompts = [tokenizer(row["prompt"])["input_ids"] for row in batch]
-        answers = [tokenizer(row["answer"])["input_ids"] + [tokenizer.eos_token_id] for row in batch]
+        answers = [
+            tokenizer(row["answer"])["input_ids"] + [tokenizer.eos_token_id] for row in batch
+        ]
         width = max(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
         input_ids = torch.full((batch_size, width), tokenizer.pad_token_id)
         labels = torch.full((batch_size, width), -100)
@@ -39,7 +41,9 @@ def supervised_warm_start(
             labels[row, len(prompt) : len(sequence)] = torch.tensor(answer)
             attention[row, : len(sequence)] = 1
         logits = model(input_ids=input_ids, attention_mask=attention).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+        )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

@@ -1,7 +1,16 @@
-"""Reward functions: ``fn(prompts, completions, **columns) -> list[float]``."""
+"""Reward functions: ``fn(prompts, completions, **columns) -> list[float]``.
 
+Built-ins: :func:`numeric_answer` (fast numeric answers), :func:`math_equivalence`
+(numbers, LaTeX and symbolic answers via math-verify), :func:`r1_format` (``<think>`` then
+``<answer>``), :func:`code_reward` (the completion's code against the row's tests, in a
+sandbox) and :func:`reward_model` (a local sequence-classification model). The runner
+(:func:`score_completions`) calls them concurrently and applies each one's ``on_error``.
+"""
+
+from grpo.rewards.code import code_reward, extract_code
 from grpo.rewards.format import r1_format
-from grpo.rewards.math import extract_answer, numeric_answer
+from grpo.rewards.math import extract_answer, is_equivalent, math_equivalence, numeric_answer
+from grpo.rewards.model import reward_model
 from grpo.rewards.runner import (
     RewardError,
     RewardFunction,
@@ -9,14 +18,24 @@ from grpo.rewards.runner import (
     resolve_reward_functions,
     score_completions,
 )
+from grpo.rewards.sandbox import SandboxLimits, SandboxResult, run_python, sandbox_isolation
 
 __all__ = [
     "RewardError",
     "RewardFunction",
     "RewardScores",
+    "SandboxLimits",
+    "SandboxResult",
+    "code_reward",
     "extract_answer",
+    "extract_code",
+    "is_equivalent",
+    "math_equivalence",
     "numeric_answer",
     "r1_format",
     "resolve_reward_functions",
+    "reward_model",
+    "run_python",
+    "sandbox_isolation",
     "score_completions",
 ]

@@ -276,9 +276,9 @@ def main() -> None:
     features: list[str] = []
     try:
         features = _isolate_and_exec(spec, control, features)
-    except BaseException as error:  # anything: say why on stderr and never run the program
-        _report(control, "ISOLATION " + ",".join(features))
-        os.write(2, f"sandbox set-up failed: {type(error).__name__}: {error}\n".encode())
+    except BaseException as error:  # anything: say why and never run the program
+        message = f"{type(error).__name__}: {error}".replace("\n", " ")
+        _report(control, f"FAILED {message} (isolation so far: {','.join(features)})")
         os._exit(125)
 
 

@@ -1,24 +1,57 @@
 """Running reward functions over a step's completions and combining them.
 
 Contract of a reward function: ``fn(prompts: list[str], completions: list[str], **columns)
--> list[float]``, with every dataset column passed by name (one value per completion).
+-> list[float]``, with every dataset column passed by name (one value per completion). It
+may be ``async def``. It returns one finite number per completion: a list, tuple, NumPy
+array or 1-D tensor; bools count as 0/1.
+
+All functions of a step run at the same time, each in its own thread (``async``
+functions get an event loop in theirs), so one slow function does not hold up the others
+and the step takes as long as the slowest. A function that raises, outlives its
+``timeout_s``, returns the wrong number of values or something other than a list, or a
+value that is not a finite number is handled by its ``on_error``:
+
+* ``"fail"`` (default): :class:`RewardError` naming the function, the row (its index in
+  the step) and the completion. When the whole call raised, the rows are retried one at a
+  time (for at most 30 s) to name the first row that fails alone.
+* ``"zero"``: 0.0 for the failing rows (every row when the whole call failed).
+* ``"skip_group"``: the failing rows' groups are marked in ``skip_B`` and left out of
+  training; their values are 0.0.
+
+A bad value fails only its own row; the others keep their values. Every substituted row is
+counted in ``reward/<name>/errors``. A function that times out keeps running in its
+(daemon) thread, since Python cannot stop a thread; its result is ignored. Give
+``timeout_s`` to functions that can hang, and make them stop by themselves if they can.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
+import inspect
 import math
+import numbers
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+_LOCATE_BUDGET_S = 30.0  # at most this long retrying rows singly to name the failing one
+
 
 class RewardError(RuntimeError):
     """A reward function failed; the message names the function, the row and the completion."""
+
+    def __init__(self, message: str, function: str = "", row: int | None = None) -> None:
+        super().__init__(message)
+        self.function = function
+        self.row = row  # None: the whole call, no single row to blame
 
 
 @dataclass(frozen=True)
@@ -26,16 +59,17 @@ class RewardFunction:
     name: str
     fn: Callable[..., Any]
     weight: float = 1.0
-    timeout_s: float = 0.0
-    on_error: str = "fail"
+    timeout_s: float = 0.0  # 0 = no limit
+    on_error: str = "fail"  # "fail" | "zero" | "skip_group"
 
 
 @dataclass
 class RewardScores:
     total_B: torch.Tensor  # weighted sum over functions, float32
-    per_function: dict[str, torch.Tensor]  # name -> (B,) raw values
+    per_function: dict[str, torch.Tensor]  # name -> (B,) raw values (0.0 where substituted)
     skip_B: torch.Tensor  # bool: the row's group must not be trained on
     metrics: dict[str, float]
+    errors: dict[str, list[str]] = field(default_factory=dict)  # name -> what was substituted
 
 
 def resolve_function(spec: str) -> Callable[..., Any]:
@@ -61,6 +95,8 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
         fn = resolve_function(config.function)
         if config.options:
             fn = functools.wraps(fn)(functools.partial(fn, **config.options))
+        if config.on_error not in ("fail", "zero", "skip_group"):
+            raise RewardError(f"reward {name!r}: on_error must be fail, zero or skip_group")
         functions.append(
             RewardFunction(
                 name=name,
@@ -73,20 +109,129 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
     return functions
 
 
-def _check_values(function: RewardFunction, values: Any, completions: list[str]) -> list[float]:
-    if not isinstance(values, (list, tuple)) or len(values) != len(completions):
-        count = len(values) if isinstance(values, (list, tuple)) else type(values).__name__
-        raise RewardError(f"reward {function.name!r} returned {count} values for {len(completions)} completions")
-    checked = []
-    for row, value in enumerate(values):
-        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        if number is None or not math.isfinite(number):
-            raise RewardError(
-                f"reward {function.name!r} gave {value!r} for row {row} "
-                f"(completion {completions[row][:200]!r})"
-            )
-        checked.append(number)
-    return checked
+# --- calling ---------------------------------------------------------------------------
+
+
+def _invoke(function: RewardFunction, prompts: list[str], completions: list[str], columns: dict) -> Any:
+    """Call the function in this thread; an awaitable result is run to completion here."""
+    result = function.fn(prompts, completions, **columns)
+    if inspect.isawaitable(result):
+
+        async def finish() -> Any:
+            if function.timeout_s > 0:  # cancels a cooperative coroutine in time
+                return await asyncio.wait_for(result, function.timeout_s)
+            return await result
+
+        result = asyncio.run(finish())
+    return result
+
+
+def _start(function: RewardFunction, prompts: list[str], completions: list[str], columns: dict) -> Future:
+    """Run the function in a daemon thread (a hung one must not block interpreter exit)."""
+    future: Future = Future()
+    began = time.monotonic()
+
+    def target() -> None:
+        try:
+            result = _invoke(function, prompts, completions, columns)
+        except BaseException as error:  # reported, not raised, in this thread
+            future.seconds = time.monotonic() - began  # type: ignore[attr-defined]
+            future.set_exception(error)
+        else:
+            future.seconds = time.monotonic() - began  # type: ignore[attr-defined]
+            future.set_result(result)
+
+    threading.Thread(target=target, name=f"reward:{function.name}", daemon=True).start()
+    return future
+
+
+def _wait(future: Future, deadline: float | None) -> Any:
+    """The result; raises the function's exception, or TimeoutError past the deadline."""
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        return future.result(timeout=remaining)
+    except FutureTimeout:
+        raise TimeoutError from None
+
+
+# --- checking --------------------------------------------------------------------------
+
+
+class _CallError(Exception):
+    """The whole call failed: raised, timed out, or returned the wrong shape."""
+
+
+def _as_list(values: Any, batch: int) -> list[Any]:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().reshape(-1).tolist() if values.dim() == 1 else values
+    elif type(values).__module__ == "numpy" and getattr(values, "ndim", None) == 1:
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise _CallError(f"returned a {type(values).__name__}, not a list of {batch} numbers")
+    if len(values) != batch:
+        raise _CallError(f"returned {len(values)} values for {batch} completions")
+    return list(values)
+
+
+def _as_number(value: Any) -> float | None:
+    """A finite float, or None for anything else (NaN, inf, None, a string, a list...)."""
+    if isinstance(value, (str, bytes)) or value is None:
+        return None
+    if isinstance(value, numbers.Real) or hasattr(type(value), "__float__"):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _row_problems(values: list[Any]) -> dict[int, str]:
+    return {
+        row: f"gave {value!r:.80}, not a finite number"
+        for row, value in enumerate(values)
+        if _as_number(value) is None
+    }
+
+
+def _describe(error: BaseException, function: RewardFunction) -> str:
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+        return f"did not finish within timeout_s={function.timeout_s:g} s"
+    if isinstance(error, _CallError):
+        return str(error)
+    return f"raised {type(error).__name__}: {error}"
+
+
+def _locate_row(
+    function: RewardFunction, prompts: list[str], completions: list[str], columns: dict
+) -> tuple[int, str] | None:
+    """The first row that fails on its own (raise or bad value), within the budget."""
+    deadline = time.monotonic() + _LOCATE_BUDGET_S
+    for row in range(len(completions)):
+        if time.monotonic() >= deadline:
+            return None
+        single = {name: [values[row]] for name, values in columns.items()}
+        limit = deadline if function.timeout_s <= 0 else min(deadline, time.monotonic() + function.timeout_s)
+        try:
+            values = _as_list(_wait(_start(function, [prompts[row]], [completions[row]], single), limit), 1)
+        except BaseException as error:
+            return row, _describe(error, function)
+        if _as_number(values[0]) is None:
+            return row, f"gave {values[0]!r:.80}, not a finite number"
+    return None
+
+
+def _message(function: RewardFunction, what: str, row: int | None, completions: list[str]) -> str:
+    where = f"row {row}" if row is not None else f"the whole call (rows 0-{len(completions) - 1})"
+    shown = completions[row if row is not None else 0] if completions else ""
+    label = "completion" if row is not None else "first completion"
+    return (
+        f"reward {function.name!r} {what} at {where}; {label}: {shown[:200]!r}. "
+        f"Set on_error = 'zero' or 'skip_group' to substitute instead of failing."
+    )
+
+
+# --- scoring ---------------------------------------------------------------------------
 
 
 def score_completions(
@@ -97,29 +242,65 @@ def score_completions(
     *,
     group_size: int,
 ) -> RewardScores:
-    """Run every reward function; returns the weighted total and per-function values."""
+    """Run every reward function concurrently; returns the weighted total, per-function
+    values, the rows whose groups must be skipped, and metrics (per function: mean and std
+    over the rows it scored, errors substituted, seconds; and the same for the total)."""
     batch = len(completions)
+    if group_size <= 0 or batch % group_size:
+        raise ValueError(f"{batch} completions do not make groups of {group_size}")
+    started = time.monotonic()
+    futures = [_start(function, prompts, completions, columns) for function in functions]
     total_B = torch.zeros(batch, dtype=torch.float32)
+    skip_B = torch.zeros(batch, dtype=torch.bool)
     per_function: dict[str, torch.Tensor] = {}
     metrics: dict[str, float] = {}
-    for function in functions:
-        started = time.perf_counter()
+    errors: dict[str, list[str]] = {}
+    for function, future in zip(functions, futures, strict=True):
+        deadline = started + function.timeout_s if function.timeout_s > 0 else None
+        problems: dict[int, str] = {}
+        values: list[Any] = [0.0] * batch
         try:
-            values = _check_values(function, function.fn(prompts, completions, **columns), completions)
-        except RewardError:
-            raise
-        except Exception as error:
-            raise RewardError(f"reward {function.name!r} raised {type(error).__name__}: {error}") from error
-        values_B = torch.tensor(values, dtype=torch.float32)
-        per_function[function.name] = values_B
-        total_B += function.weight * values_B
-        metrics[f"reward/{function.name}/mean"] = values_B.mean().item()
-        metrics[f"reward/{function.name}/std"] = values_B.std(unbiased=False).item()
-        metrics[f"reward/{function.name}/errors"] = 0.0
-        metrics[f"reward/{function.name}/seconds"] = time.perf_counter() - started
-    return RewardScores(
-        total_B=total_B,
-        per_function=per_function,
-        skip_B=torch.zeros(batch, dtype=torch.bool),
-        metrics=metrics,
-    )
+            values = _as_list(_wait(future, deadline), batch)
+            problems = _row_problems(values)
+        except BaseException as error:
+            if isinstance(error, KeyboardInterrupt):
+                raise
+            what = _describe(error, function)
+            if function.on_error == "fail":
+                located = None
+                if not isinstance(error, TimeoutError):
+                    located = _locate_row(function, prompts, completions, columns)
+                if located is not None:
+                    what = f"{what} (on the whole call; alone, row {located[0]} {located[1]})"
+                row = located[0] if located is not None else None
+                raise RewardError(_message(function, what, row, completions), function.name, row) from error
+            problems = dict.fromkeys(range(batch), what)
+        # Its own running time; a function still running (timed out) ran until now.
+        seconds = getattr(future, "seconds", time.monotonic() - started)
+        if problems and function.on_error == "fail":
+            row, what = min(problems.items())
+            raise RewardError(_message(function, what, row, completions), function.name, row)
+        if problems and function.on_error not in ("zero", "skip_group"):
+            raise RewardError(f"reward {function.name!r}: unknown on_error {function.on_error!r}")
+        numbers_B = torch.tensor(
+            [0.0 if row in problems else _as_number(value) for row, value in enumerate(values)],
+            dtype=torch.float32,
+        )
+        if problems and function.on_error == "skip_group":
+            for group in {row // group_size for row in problems}:
+                skip_B[group * group_size : (group + 1) * group_size] = True
+        per_function[function.name] = numbers_B
+        total_B += function.weight * numbers_B
+        scored = torch.tensor([row not in problems for row in range(batch)], dtype=torch.bool)
+        valid = numbers_B[scored]
+        metrics[f"reward/{function.name}/mean"] = valid.mean().item() if valid.numel() else 0.0
+        metrics[f"reward/{function.name}/std"] = valid.std(unbiased=False).item() if valid.numel() else 0.0
+        metrics[f"reward/{function.name}/errors"] = float(len(problems))
+        metrics[f"reward/{function.name}/seconds"] = seconds
+        if problems:
+            errors[function.name] = [f"row {row}: {what}" for row, what in sorted(problems.items())]
+    metrics["reward/total/mean"] = total_B.mean().item() if batch else 0.0
+    metrics["reward/total/std"] = total_B.std(unbiased=False).item() if batch else 0.0
+    metrics["reward/total/errors"] = float(sum(len(rows) for rows in errors.values()))
+    metrics["reward/total/seconds"] = time.monotonic() - started
+    return RewardScores(total_B=total_B, per_function=per_function, skip_B=skip_B, metrics=metrics, errors=errors)

@@ -188,18 +188,33 @@ def _kill(process: subprocess.Popen, namespace_pid: int | None) -> None:
     process.wait()
 
 
-def _parse_control(raw: bytes) -> tuple[int | None, tuple[str, ...], bytes]:
-    """Split the launcher's lines (``PID n``, ``ISOLATION a,b``) from the program's output.
-    Only lines before ``ISOLATION`` come from the launcher: the program starts after it."""
-    pid, isolation = None, ()
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up (the program was never started)."""
+
+
+@dataclass
+class _Control:
+    pid: int | None = None  # host pid of the PID namespace's first process
+    isolation: tuple[str, ...] = ()
+    failure: str | None = None  # why the launcher gave up before starting the program
+    program: bytes = b""  # what the program itself wrote
+
+
+def _parse_control(raw: bytes) -> _Control:
+    """Split the launcher's lines (``PID n``, ``ISOLATION a,b``, ``FAILED why``) from the
+    program's output. Only lines before ``ISOLATION`` come from the launcher: the program
+    starts after it, so it cannot forge them."""
+    parsed = _Control()
     head, marker, rest = raw.partition(b"ISOLATION ")
     for line in head.splitlines():
-        if line.startswith(b"PID ") and pid is None:
-            pid = int(line[4:])
+        if line.startswith(b"PID ") and parsed.pid is None:
+            parsed.pid = int(line[4:])
+        elif line.startswith(b"FAILED ") and not marker:
+            parsed.failure = line[7:].decode(errors="replace")
     if marker:
-        features, _, rest = rest.partition(b"\n")
-        isolation = tuple(f for f in features.decode().split(",") if f)
-    return pid, isolation, rest
+        features, _, parsed.program = rest.partition(b"\n")
+        parsed.isolation = tuple(f for f in features.decode().split(",") if f)
+    return parsed
 
 
 def run_python(
@@ -276,10 +291,10 @@ def run_python(
         buffers, timed_out, capped = _collect(process, control_r, deadline, limits.output_bytes)
     finally:
         os.close(control_r)
-    namespace_pid, features, control = _parse_control(bytes(buffers["control"]))
+    control = _parse_control(bytes(buffers["control"]))
     returncode = process.poll()
     if returncode is None:
-        _kill(process, namespace_pid)
+        _kill(process, control.pid)
     elif not timed_out and not capped:
         try:  # stragglers outside a PID namespace that still hold nothing we read
             os.killpg(process.pid, signal.SIGKILL)
@@ -287,15 +302,17 @@ def run_python(
             pass
     seconds = time.monotonic() - started
     _cleanup(host_dir, uid)
+    if control.failure is not None:
+        raise SandboxError(f"sandbox set-up failed: {control.failure}")
     return SandboxResult(
         returncode=None if (timed_out or capped) else returncode,
         stdout=bytes(buffers["stdout"]),
         stderr=bytes(buffers["stderr"]),
-        control=control,
+        control=control.program,
         timed_out=timed_out,
         output_capped=capped,
         seconds=seconds,
-        isolation=features,
+        isolation=control.isolation,
     )
 
 
@@ -339,7 +356,7 @@ def _collect(
     finally:
         selector.close()
     if timed_out or capped:
-        _kill(process, _parse_control(bytes(buffers["control"]))[0])
+        _kill(process, _parse_control(bytes(buffers["control"])).pid)
     process.stdout.close()
     process.stderr.close()
     return buffers, timed_out, capped
