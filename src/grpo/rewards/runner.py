@@ -268,7 +268,7 @@ def score_completions(
             what = _describe(error, function)
             if function.on_error == "fail":
                 located = None
-                if not isinstance(error, TimeoutError):
+                if not isinstance(error, (TimeoutError, _CallError)):  # it raised: find where
                     located = _locate_row(function, prompts, completions, columns)
                 if located is not None:
                     what = f"{what} (on the whole call; alone, row {located[0]} {located[1]})"
