@@ -46,7 +46,9 @@ def main() -> None:
         for _ in range(args.prompts)
     ]
     never_stop = -1  # both sides run the full length, so the token counts are equal
-    engine = TransformersEngine(model, pad_token_id=tokenizer.pad_token_id, eos_token_ids={never_stop})
+    engine = TransformersEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_ids={never_stop}
+    )
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     tokens = args.prompts * args.group_size * args.new_tokens
 

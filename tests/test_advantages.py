@@ -37,7 +37,7 @@ def test_none_is_centering_only() -> None:
 
 def test_batch_scale_uses_group_mean_and_batch_sigma() -> None:
     rewards = torch.tensor([[0.0, 2.0], [4.0, 4.0]])
-    # Group means 1 and 4; batch population σ of {0,2,4,4}: mean 2.5, var (6.25+0.25+2.25+2.25)/4 = 2.75.
+    # Group means 1 and 4; population σ of {0,2,4,4}: mean 2.5, variance 11/4 = 2.75.
     expected = torch.tensor([[-1.0, 1.0], [0.0, 0.0]]) / (2.75**0.5 + 1e-4)
     assert torch.allclose(group_advantages(rewards, scale="batch"), expected)
 

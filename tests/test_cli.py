@@ -14,7 +14,8 @@ def _grpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
 def test_bad_override_names_the_key(tmp_path) -> None:
     config = tmp_path / "c.toml"
     config.write_text(
-        '[model]\npath = "m"\n[data]\ntrain_path = "d.jsonl"\n[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n'
+        '[model]\npath = "m"\n[data]\ntrain_path = "d.jsonl"\n'
+        '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n'
     )
     result = _grpo("train", str(config), "--rollout.grup_size=4")
     assert result.returncode == 2

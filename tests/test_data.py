@@ -73,3 +73,23 @@ def test_sampler_covers_each_epoch_and_resumes_exactly() -> None:
     resumed.load_state_dict(state)
     assert resumed.next_indices(9) == expected
     assert partial + expected[:6] != first_epoch  # a new shuffle each epoch
+
+
+def test_chat_template_wraps_the_prompt(tmp_path, tokenizer) -> None:
+    import copy
+
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = (
+        "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}a:{% endif %}"
+    )
+    path = _write(tmp_path / "d.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    dataset = load_prompt_dataset(path, chat, chat_template=True, system_prompt="be brief")
+    assert dataset.prompts == ["s:be brief\nu:1+1=\na:"]
+    assert chat.decode(dataset.prompt_token_ids[0]) == "s:be brief\nu:1+1=\na:"
+
+
+def test_chat_template_without_one_is_an_error(tmp_path, tokenizer) -> None:
+    path = _write(tmp_path / "d.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    with pytest.raises(DataError, match="no chat template"):
+        load_prompt_dataset(path, tokenizer, chat_template=True)

@@ -13,7 +13,10 @@ MARGIN = 0.08  # mean reward of the last 50 steps minus the first 50; measured â
 def test_reward_rises_on_the_embedded_task(tmp_path) -> None:
     from grpo.demo.run import run_demo
 
-    outcome = run_demo(tmp_path / "demo", overrides=[f"train.steps={STEPS}", "eval.every=0", "train.progress=false"])
+    outcome = run_demo(
+        tmp_path / "demo",
+        overrides=[f"train.steps={STEPS}", "eval.every=0", "train.progress=false"],
+    )
     rewards = [row["reward/mean"] for row in outcome["history"] if "reward/mean" in row]
     assert len(rewards) == STEPS
     first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-WINDOW:]) / WINDOW

@@ -107,8 +107,15 @@ def test_table_is_large_enough() -> None:
     assert len(EQUIVALENCE) >= 40
 
 
-NUMERIC = [("46", "46", 1.0), ("-12", "-12", 1.0), ("-12", "12", 0.0), ("#### 1,000", "1000", 1.0),
-           ("\\boxed{1/2}", "0.5", 1.0), ("x", "5", 0.0), ("\\boxed{\\sqrt{4}}", "2", 0.0)]  # fmt: skip
+NUMERIC = [
+    ("46", "46", 1.0),
+    ("-12", "-12", 1.0),
+    ("-12", "12", 0.0),
+    ("#### 1,000", "1000", 1.0),
+    ("\\boxed{1/2}", "0.5", 1.0),
+    ("x", "5", 0.0),
+    ("\\boxed{\\sqrt{4}}", "2", 0.0),  # symbolic: not numeric_answer's job
+]
 
 
 @pytest.mark.parametrize(("completion", "answer", "expected"), NUMERIC)
@@ -129,15 +136,20 @@ def test_numeric_answer_is_fast_and_an_accuracy_reward() -> None:
 def test_works_off_the_main_thread() -> None:
     # math-verify's own timeouts use SIGALRM, which fails outside the main thread.
     results: list[list[float]] = []
-    thread = threading.Thread(target=lambda: results.append(
-        math_equivalence(["", ""], ["\\boxed{\\sqrt{12}}", "\\boxed{0.5}"], answer=["2\\sqrt{3}", "1/2"])
-    ))  # fmt: skip
+    completions = ["\\boxed{\\sqrt{12}}", "\\boxed{0.5}"]
+    thread = threading.Thread(
+        target=lambda: results.append(
+            math_equivalence(["", ""], completions, answer=["2\\sqrt{3}", "1/2"])
+        )
+    )
     thread.start()
     thread.join(30)
     assert results == [[1.0, 1.0]]
 
 
-def test_falls_back_to_sympy_then_strings_without_math_verify(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_falls_back_to_sympy_then_strings_without_math_verify(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "math_verify", None)  # import now raises ImportError
     assert is_equivalent("(x+1)^2", "x^2+2x+1")
     assert is_equivalent("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}")

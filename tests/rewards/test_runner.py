@@ -83,14 +83,21 @@ IDS = [case[0].__name__ for case in FAILURES]
 
 
 def run(*functions: RewardFunction):
-    return score_completions(list(functions), PROMPTS, COMPLETIONS, {"answer": ["1"] * 4}, group_size=G)
+    return score_completions(
+        list(functions), PROMPTS, COMPLETIONS, {"answer": ["1"] * 4}, group_size=G
+    )
 
 
 @pytest.mark.parametrize(("fn", "timeout", "bad_rows", "words", "named_row"), FAILURES, ids=IDS)
-def test_fail_raises_naming_function_row_and_completion(fn, timeout, bad_rows, words, named_row) -> None:
+def test_fail_raises_naming_function_row_and_completion(
+    fn, timeout, bad_rows, words, named_row
+) -> None:
     started = time.monotonic()
     with pytest.raises(RewardError) as caught:
-        run(RewardFunction("ok", ones), RewardFunction("flaky", fn, timeout_s=timeout, on_error="fail"))
+        run(
+            RewardFunction("ok", ones),
+            RewardFunction("flaky", fn, timeout_s=timeout, on_error="fail"),
+        )
     message = str(caught.value)
     assert "'flaky'" in message and words in message
     assert caught.value.function == "flaky" and caught.value.row == named_row
@@ -102,8 +109,12 @@ def test_fail_raises_naming_function_row_and_completion(fn, timeout, bad_rows, w
 
 
 @pytest.mark.parametrize(("fn", "timeout", "bad_rows", "words", "named_row"), FAILURES, ids=IDS)
-def test_zero_substitutes_only_failing_rows_and_counts_them(fn, timeout, bad_rows, words, named_row) -> None:
-    scores = run(RewardFunction("ok", ones), RewardFunction("flaky", fn, timeout_s=timeout, on_error="zero"))
+def test_zero_substitutes_only_failing_rows_and_counts_them(
+    fn, timeout, bad_rows, words, named_row
+) -> None:
+    scores = run(
+        RewardFunction("ok", ones), RewardFunction("flaky", fn, timeout_s=timeout, on_error="zero")
+    )
     expected = [0.0 if row in bad_rows else 1.0 for row in range(4)]
     assert scores.per_function["flaky"].tolist() == expected
     assert scores.total_B.tolist() == [1.0 + value for value in expected]
@@ -115,8 +126,13 @@ def test_zero_substitutes_only_failing_rows_and_counts_them(fn, timeout, bad_row
 
 
 @pytest.mark.parametrize(("fn", "timeout", "bad_rows", "words", "named_row"), FAILURES, ids=IDS)
-def test_skip_group_marks_whole_groups_of_failing_rows(fn, timeout, bad_rows, words, named_row) -> None:
-    scores = run(RewardFunction("ok", ones), RewardFunction("flaky", fn, timeout_s=timeout, on_error="skip_group"))
+def test_skip_group_marks_whole_groups_of_failing_rows(
+    fn, timeout, bad_rows, words, named_row
+) -> None:
+    scores = run(
+        RewardFunction("ok", ones),
+        RewardFunction("flaky", fn, timeout_s=timeout, on_error="skip_group"),
+    )
     bad_groups = {row // G for row in bad_rows}
     assert scores.skip_B.tolist() == [row // G in bad_groups for row in range(4)]
     assert scores.metrics["reward/flaky/errors"] == len(bad_rows)

@@ -1,9 +1,9 @@
 """``grpo demo``: warm start → GRPO → held-out greedy accuracy before and after.
 
 Everything is built here, nothing is downloaded: a character tokenizer, a tiny random
-Llama, an arithmetic task with a held-out split, and a short supervised warm start that
-stops once the model answers about 30% of a dev split (disjoint from the test split): the regime where
-groups have mixed outcomes and GRPO has signal.
+Llama, an arithmetic task with dev and test splits, and a short supervised warm start that
+stops once the model answers about 30% of the dev split: the regime where groups have
+mixed outcomes and GRPO has signal.
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def run_demo(
         say(f"  {kind:<20}{counts[kind]:>6}{before[kind]:>9.1%}{after[kind]:>12.1%}{change:>+8.1f}")
     total_seconds = time.perf_counter() - started
     say(
-        f"\nwarm start {warm['steps']} steps; GRPO {config.train.steps} steps in {grpo_seconds:.0f} s; "
-        f"demo total {total_seconds:.0f} s"
+        f"\nwarm start {warm['steps']} steps; GRPO {config.train.steps} steps in "
+        f"{grpo_seconds:.0f} s; demo total {total_seconds:.0f} s"
     )
     say(
         f"run directory: {run_dir} (metrics.jsonl, tensorboard/, final/ loads with from_pretrained)"

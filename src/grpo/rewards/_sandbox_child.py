@@ -1,9 +1,13 @@
-"""Sandbox launcher: isolates itself, drops privileges, then ``exec``s the untrusted program.
+"""Sandbox launcher: isolates itself, forks, drops privileges, ``exec``s the program.
 
 Run by :mod:`grpo.rewards.sandbox` as ``python -I -S _sandbox_child.py SPEC_JSON`` in a new
 session, never imported. Standard library only, and it does its set-up *here*, after the
 ``fork``/``exec`` done by :class:`subprocess.Popen`, rather than in a ``preexec_fn``: the
 trainer is multi-threaded, and ``preexec_fn`` is not safe in a multi-threaded parent.
+
+The program runs in a child of this launcher, which stays outside it as a subreaper: when
+the program exits or is killed, everything it started is killed and reaped here, and the
+launcher exits with the program's status.
 
 Layers, strongest first; each is best-effort and what was achieved is reported on the
 control pipe (``ISOLATION a,b,c``) before the program starts:
@@ -11,17 +15,20 @@ control pipe (``ISOLATION a,b,c``) before the program starts:
 * ``netns``: a new network namespace with no interfaces up: no network, not even loopback.
 * ``mountns``: a private mount namespace: every mount re-mounted read-only, fresh size-capped
   tmpfs on /tmp, /var/tmp, /dev/shm and /run (the program's working directory is in the
-  new /tmp), home directories hidden behind empty tmpfs, only the Python installation
-  re-exposed read-only, and a /proc that shows only the sandbox's processes.
+  new /tmp), home directories and the trainer's working directory hidden behind empty
+  tmpfs, only the Python installation re-exposed read-only, and a /proc that shows only
+  the sandbox's processes.
 * ``pidns``: a new PID namespace: no other process can be seen or signalled, and when its
   first process dies the kernel kills every process left in it (no escape by ``setsid``).
 * ``uid``: as root, switch to an unprivileged uid unique to this run, so RLIMIT_NPROC is
-  enforced (root is exempt) and the program can touch nothing owned by anyone else.
+  enforced (root is exempt) and the program can touch nothing owned by anyone else. Done
+  where the Python installation is visible to that uid: with ``mountns``, or when it is
+  world-readable.
 * ``userns``: when not root, an unprivileged user namespace makes the namespaces above
   possible.
-* ``seccomp`` (only when there is no PID/network namespace): a syscall filter that refuses
-  signals to other processes, ``ptrace``, leaving the process group, io_uring and
-  non-Unix sockets.
+* ``seccomp`` (only when there is no PID namespace): a syscall filter that refuses signals
+  to other processes, ``ptrace``, leaving the process group, io_uring and sockets other
+  than AF_UNIX (so: no network).
 * ``rlimits``: always: CPU seconds, address space, process count, file size, open files,
   no core dumps.
 
@@ -30,6 +37,7 @@ If ``spec["require"]`` names a layer that could not be set up the program is nev
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -37,6 +45,7 @@ import os
 import platform
 import resource
 import signal
+import stat
 import struct
 import sys
 
@@ -59,7 +68,7 @@ _MOUNT_FLAGS = {
     "relatime": MS_RELATIME,
 }
 
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 38, 22
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER = 1, 38, 22, 36
 SECCOMP_MODE_FILTER = 2
 
 CONTROL_FD, SECRET_FD = 3, 4  # where the program finds the control and secret pipes
@@ -78,7 +87,9 @@ def _check(result: int, what: str) -> None:
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
     encode = lambda s: s.encode() if s is not None else None  # noqa: E731
     _check(
-        _libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data) if data else None),
+        _libc.mount(
+            encode(source), encode(target), encode(fstype), flags, encode(data) if data else None
+        ),
         f"mount {target}",
     )
 
@@ -87,7 +98,8 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 def _unshare(flags: int) -> bool:
-    return _libc.unshare(flags) == 0
+    unshare = getattr(_libc, "unshare", None)  # absent outside Linux
+    return unshare is not None and unshare(flags) == 0
 
 
 def _write(path: str, text: str) -> None:
@@ -120,15 +132,13 @@ def _setup_mounts(spec: dict, uid: int | None, new_proc: bool) -> str:
     # from /proc/self/fd/N still works once the original path is covered.
     exposed = []
     for path in spec["expose"]:
-        try:
+        with contextlib.suppress(OSError):
             exposed.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
-        except OSError:
-            pass
     for point, flags in _mountinfo():
-        try:  # a bind remount changes only this mount's flags, not the filesystem's
+        # A bind remount changes only this mount's flags, not the filesystem's; one can
+        # fail (a mount point shadowed by a later mount) without weakening the rest.
+        with contextlib.suppress(OSError):
             _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-        except OSError:
-            pass  # e.g. a mount point shadowed by a later mount
     limits = spec["limits"]
     writable = [d for d in ("/tmp", "/var/tmp", "/dev/shm", "/run") if os.path.isdir(d)]
     for directory in writable:
@@ -160,18 +170,53 @@ def _setup_mounts(spec: dict, uid: int | None, new_proc: bool) -> str:
 _SYSCALLS = {
     "x86_64": (
         0xC000003E,
-        {"kill": 62, "tkill": 200, "tgkill": 234, "socket": 41, "ptrace": 101, "setsid": 112,
-         "setpgid": 109, "process_vm_readv": 310, "process_vm_writev": 311,
-         "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297},
+        {
+            "kill": 62,
+            "tkill": 200,
+            "tgkill": 234,
+            "socket": 41,
+            "ptrace": 101,
+            "setsid": 112,
+            "setpgid": 109,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "rt_sigqueueinfo": 129,
+            "rt_tgsigqueueinfo": 297,
+        },
     ),
     "aarch64": (
         0xC00000B7,
-        {"kill": 129, "tkill": 130, "tgkill": 131, "socket": 198, "ptrace": 117, "setsid": 157,
-         "setpgid": 154, "process_vm_readv": 270, "process_vm_writev": 271,
-         "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240},
+        {
+            "kill": 129,
+            "tkill": 130,
+            "tgkill": 131,
+            "socket": 198,
+            "ptrace": 117,
+            "setsid": 157,
+            "setpgid": 154,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "rt_sigqueueinfo": 138,
+            "rt_tgsigqueueinfo": 240,
+        },
     ),
 }
 _COMMON = {"pidfd_send_signal": 424, "io_uring_setup": 425, "pidfd_getfd": 438}
+# Refused outright. kill and tgkill are allowed on the process itself only, socket for
+# AF_UNIX only. setsid/setpgid: without them nothing leaves the process group we kill.
+_DENIED = (
+    "tkill",
+    "ptrace",
+    "setsid",
+    "setpgid",
+    "process_vm_readv",
+    "process_vm_writev",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_send_signal",
+    "io_uring_setup",
+    "pidfd_getfd",
+)
 
 
 def _install_seccomp(own_pid: int) -> None:
@@ -197,9 +242,7 @@ def _install_seccomp(own_pid: int) -> None:
         (jeq, "own_pid_arg", None, numbers["tgkill"]),
         (jeq, "unix_only", None, numbers["socket"]),
     ]
-    for name in ("tkill", "ptrace", "setsid", "setpgid", "process_vm_readv",
-                 "process_vm_writev", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
-                 "pidfd_send_signal", "io_uring_setup", "pidfd_getfd"):  # fmt: skip
+    for name in _DENIED:
         program.append((jeq, "deny", None, numbers[name]))
     labels = {}
     program.append((ret, None, None, allow))
@@ -264,10 +307,8 @@ def _set_limits(limits: dict, shared_uid: bool) -> None:
 
 
 def _report(control: int, text: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # the host has gone: nobody to tell
         os.write(control, text.encode() + b"\n")
-    except OSError:
-        pass
 
 
 def main() -> None:
@@ -280,6 +321,27 @@ def main() -> None:
         message = f"{type(error).__name__}: {error}".replace("\n", " ")
         _report(control, f"FAILED {message} (isolation so far: {','.join(features)})")
         os._exit(125)
+
+
+def _readable_by_anyone(spec: dict) -> bool:
+    """Whether any user can run the Python: it and the installation's directories are
+    world-readable, and every directory above them world-searchable."""
+    paths = [os.path.realpath(spec["python"]), spec["python"], *spec["expose"]]
+    for path in paths:
+        mode = stat.S_IROTH | (
+            stat.S_IXOTH if os.path.isdir(path) or os.access(path, os.X_OK) else 0
+        )
+        try:
+            if os.stat(path).st_mode & mode != mode:
+                return False
+            parent = os.path.dirname(os.path.abspath(path))
+            while parent != "/":
+                if not os.stat(parent).st_mode & stat.S_IXOTH:
+                    return False
+                parent = os.path.dirname(parent)
+        except OSError:
+            return False
+    return True
 
 
 def _enter_namespaces(is_root: bool, features: list[str]) -> int:
@@ -303,13 +365,24 @@ def _enter_namespaces(is_root: bool, features: list[str]) -> int:
     return flags
 
 
-def _relay_exit_status(child: int, spec: dict) -> None:
-    """Outside the PID namespace: wait for its PID 1 and exit with its status."""
+def _reap_and_relay(child: int, spec: dict) -> None:
+    """The launcher's last job: reap the program and every orphan it leaves (this process
+    is their subreaper), then exit with the program's status."""
     for fd in (0, 1, 2, spec["control_fd"], spec["secret_fd"]):
         if fd >= 0:
-            os.close(fd)  # only PID 1 should hold the pipes the host reads to EOF
-    _, status = os.waitpid(child, 0)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+            os.close(fd)  # only the program should hold the pipes the host reads to EOF
+    code = 125
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(code)
+        if pid == child:
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            # The program is done: what it left running goes too (with a PID namespace
+            # the kernel has done this already).
+            with contextlib.suppress(OSError):
+                os.killpg(child, signal.SIGKILL)
 
 
 def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str]:
@@ -323,26 +396,33 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
     namespaces = 0
     if spec["isolation"] == "auto":
         namespaces = _enter_namespaces(is_root, features)
-    if namespaces & CLONE_NEWPID:
-        # The first child is PID 1 of the new namespace; this process stays outside and
-        # relays its exit status. PDEATHSIG ties PID 1 (hence the namespace) to it.
-        # PID 1's host pid goes to the host, which kills it (not this process) on timeout;
-        # PID 1 waits until that line is written, so the program cannot write one first.
-        ready_r, ready_w = os.pipe()
-        child = os.fork()
-        if child:
-            os.close(ready_r)
-            _report(control, f"PID {child}")
-            os.close(ready_w)
-            _relay_exit_status(child, spec)
-        os.close(ready_w)
-        os.read(ready_r, 1)
+    # The program runs in a child: PID 1 of the new PID namespace if there is one, else
+    # the leader of a new process group. This process stays outside, reaps it and any
+    # orphans (none are left to the machine's init, which may never reap them), and exits
+    # with its status. The child's host pid goes to the host, which on timeout kills the
+    # namespace or the group, not this process; the child waits until that line is
+    # written, so the program cannot write one first. PDEATHSIG ties the child to us.
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child:
         os.close(ready_r)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _report(control, f"PID {child}")
+        os.close(ready_w)
+        _reap_and_relay(child, spec)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if namespaces & CLONE_NEWPID:
         features.append("pidns")
-    # Drop to the run's own uid only where the Python installation is sure to be visible
-    # to it: with a mount namespace re-exposing it (the install may sit under /root).
-    uid = spec["uid"] if is_root and namespaces & CLONE_NEWNS else None
+    else:
+        os.setpgid(0, 0)
+    # As root, drop to the run's own uid where the Python installation is visible to it:
+    # re-exposed by the mount namespace, or readable by anyone (not under /root, say).
+    uid = None
+    if is_root and (namespaces & CLONE_NEWNS or _readable_by_anyone(spec)):
+        uid = spec["uid"]
     if namespaces & CLONE_NEWNS:
         workdir = _setup_mounts(spec, uid, new_proc=bool(namespaces & CLONE_NEWPID))
         features.append("mountns")
@@ -352,6 +432,9 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
                 handle.write(data)
             if uid is not None:
                 os.chown(path, uid, uid)
+    elif uid is not None:  # the host directory is the working directory
+        for name in [".", *files]:
+            os.chown(os.path.join(workdir, name), uid, uid)
     _set_limits(spec["limits"], shared_uid=uid is None and not is_root and not namespaces)
     features.append("rlimits")
     if uid is not None:
@@ -359,8 +442,7 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         features.append("uid")
-        if namespaces & CLONE_NEWPID:  # a credential change clears the parent-death signal
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the uid change
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries (sudo, su) from here
     if spec["isolation"] == "seccomp" or (
         spec["isolation"] == "auto" and not namespaces & CLONE_NEWPID

@@ -210,9 +210,11 @@ def code_reward(
         except ValueError as error:
             raise ValueError(f"row {row}: {error}") from None
     limits = SandboxLimits(
-        timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        max_processes=max_processes,
         output_bytes=output_bytes,
-    )  # fmt: skip
+    )
 
     def score(index: int) -> float:
         code = extract_code(completions[index])
@@ -226,3 +228,6 @@ def code_reward(
     # Threads suffice: each one waits on a child process, where the work happens.
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         return list(pool.map(score, range(len(completions))))
+
+
+code_reward.is_accuracy = True  # type: ignore[attr-defined]  # 1.0 = every test passed

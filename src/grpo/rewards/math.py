@@ -145,7 +145,9 @@ def parse_number(text: str) -> Number | None:
             rf"(-?)\\[dt]?frac\{{\s*({_SIGNED})\s*\}}\{{\s*({_SIGNED})\s*\}}|({_SIGNED})\s*/\s*({_SIGNED})",
             text,
         )
-        power = re.fullmatch(rf"({_SIGNED})\s*(?:\\times|\\cdot|×|\*)\s*10\^\{{?\s*(-?\d+)\s*\}}?", text)
+        power = re.fullmatch(
+            rf"({_SIGNED})\s*(?:\\times|\\cdot|×|\*)\s*10\^\{{?\s*(-?\d+)\s*\}}?", text
+        )
         if fraction:
             sign, top, bottom, plain_top, plain_bottom = fraction.groups()
             top_number, bottom_number = _literal(top or plain_top), _literal(bottom or plain_bottom)
@@ -189,7 +191,9 @@ def answers_match(predicted: str | None, truth: Any) -> bool:
     return predicted.strip() == str(truth).strip()
 
 
-def numeric_answer(prompts: list[str], completions: list[str], answer: list, **_: object) -> list[float]:
+def numeric_answer(
+    prompts: list[str], completions: list[str], answer: list, **_: object
+) -> list[float]:
     """1.0 when the completion's final answer equals the ``answer`` column, else 0.0.
 
     The answer is read as :func:`extract_answer` says (``\\boxed{}``, ``####``,
@@ -209,7 +213,9 @@ numeric_answer.is_accuracy = True  # type: ignore[attr-defined]
 # --- symbolic --------------------------------------------------------------------------
 
 # Inputs that make sympy work for minutes or forever (9^{9^{9^9}}, 100000!): refused.
-_EXPLOSIVE = re.compile(r"\^\s*\{[^}]*\^|\^\s*\{?\s*-?\d{5,}|\*\*\s*\(?[^)]*\*\*|\*\*\s*\d{5,}|\d{4,}\s*!")
+_EXPLOSIVE = re.compile(
+    r"\^\s*\{[^}]*\^|\^\s*\{?\s*-?\d{5,}|\*\*\s*\(?[^)]*\*\*|\*\*\s*\d{5,}|\d{4,}\s*!"
+)
 _MAX_SYMBOLIC_CHARS = 300
 
 
@@ -269,7 +275,11 @@ def _sympy_equal(predicted: str, truth: str) -> bool | None:
             expressions.append(
                 parse_expr(
                     text.rsplit("=", 1)[-1],  # "x = 2y" → "2y"
-                    transformations=(*standard_transformations, implicit_multiplication_application, convert_xor),
+                    transformations=(
+                        *standard_transformations,
+                        implicit_multiplication_application,
+                        convert_xor,
+                    ),
                     global_dict={**vars(sympy), "__builtins__": {}},
                 )
             )

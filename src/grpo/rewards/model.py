@@ -46,7 +46,9 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_reward_model(path: str, *, device: str = "auto", dtype: str = "float32") -> LoadedRewardModel:
+def load_reward_model(
+    path: str, *, device: str = "auto", dtype: str = "float32"
+) -> LoadedRewardModel:
     """The model and tokenizer in ``path``, loaded on first use and cached after."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
@@ -71,7 +73,9 @@ def load_reward_model(path: str, *, device: str = "auto", dtype: str = "float32"
         return _CACHE[key]
 
 
-def _texts(loaded: LoadedRewardModel, prompts: list[str], completions: list[str], chat_template: bool) -> tuple[list[str], bool]:
+def _texts(
+    loaded: LoadedRewardModel, prompts: list[str], completions: list[str], chat_template: bool
+) -> tuple[list[str], bool]:
     """The model's input texts, and whether they already hold the special tokens."""
     tokenizer = loaded.tokenizer
     if chat_template and getattr(tokenizer, "chat_template", None):
@@ -83,7 +87,9 @@ def _texts(loaded: LoadedRewardModel, prompts: list[str], completions: list[str]
             for prompt, completion in zip(prompts, completions, strict=True)
         ]
         return texts, True
-    return [prompt + completion for prompt, completion in zip(prompts, completions, strict=True)], False
+    return [
+        prompt + completion for prompt, completion in zip(prompts, completions, strict=True)
+    ], False
 
 
 def reward_model(
@@ -105,7 +111,9 @@ def reward_model(
     loaded = load_reward_model(path, device=device, dtype=dtype)
     if prompt_column is not None:
         if prompt_column not in columns:
-            raise ValueError(f"reward_model: no column {prompt_column!r}; columns: {sorted(columns)}")
+            raise ValueError(
+                f"reward_model: no column {prompt_column!r}; columns: {sorted(columns)}"
+            )
         prompts = [str(value) for value in columns[prompt_column]]
     texts, templated = _texts(loaded, prompts, completions, chat_template)
     scores: list[float] = []

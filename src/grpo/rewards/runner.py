@@ -78,7 +78,9 @@ def resolve_function(spec: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise RewardError(f"reward function {spec!r}: cannot import {module_name!r}: {error}") from None
+        raise RewardError(
+            f"reward function {spec!r}: cannot import {module_name!r}: {error}"
+        ) from None
     fn = getattr(module, attribute, None)
     if not callable(fn):
         raise RewardError(f"reward function {spec!r}: {module_name} has no callable {attribute!r}")
@@ -112,7 +114,9 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
 # --- calling ---------------------------------------------------------------------------
 
 
-def _invoke(function: RewardFunction, prompts: list[str], completions: list[str], columns: dict) -> Any:
+def _invoke(
+    function: RewardFunction, prompts: list[str], completions: list[str], columns: dict
+) -> Any:
     """Call the function in this thread; an awaitable result is run to completion here."""
     result = function.fn(prompts, completions, **columns)
     if inspect.isawaitable(result):
@@ -126,7 +130,9 @@ def _invoke(function: RewardFunction, prompts: list[str], completions: list[str]
     return result
 
 
-def _start(function: RewardFunction, prompts: list[str], completions: list[str], columns: dict) -> Future:
+def _start(
+    function: RewardFunction, prompts: list[str], completions: list[str], columns: dict
+) -> Future:
     """Run the function in a daemon thread (a hung one must not block interpreter exit)."""
     future: Future = Future()
     began = time.monotonic()
@@ -158,7 +164,7 @@ def _wait(future: Future, deadline: float | None) -> Any:
 
 
 class _CallError(Exception):
-    """The whole call failed: raised, timed out, or returned the wrong shape."""
+    """The whole call returned the wrong shape: not a list, or not one value per row."""
 
 
 def _as_list(values: Any, batch: int) -> list[Any]:
@@ -211,9 +217,14 @@ def _locate_row(
         if time.monotonic() >= deadline:
             return None
         single = {name: [values[row]] for name, values in columns.items()}
-        limit = deadline if function.timeout_s <= 0 else min(deadline, time.monotonic() + function.timeout_s)
+        own_limit = time.monotonic() + function.timeout_s if function.timeout_s > 0 else deadline
         try:
-            values = _as_list(_wait(_start(function, [prompts[row]], [completions[row]], single), limit), 1)
+            future = _start(function, [prompts[row]], [completions[row]], single)
+            values = _as_list(_wait(future, min(deadline, own_limit)), 1)
+        except TimeoutError as error:
+            if function.timeout_s <= 0 or own_limit > deadline:
+                return None  # the budget ran out, not the function's own timeout
+            return row, _describe(error, function)
         except BaseException as error:
             return row, _describe(error, function)
         if _as_number(values[0]) is None:
@@ -273,7 +284,9 @@ def score_completions(
                 if located is not None:
                     what = f"{what} (on the whole call; alone, row {located[0]} {located[1]})"
                 row = located[0] if located is not None else None
-                raise RewardError(_message(function, what, row, completions), function.name, row) from error
+                raise RewardError(
+                    _message(function, what, row, completions), function.name, row
+                ) from error
             problems = dict.fromkeys(range(batch), what)
         # Its own running time; a function still running (timed out) ran until now.
         seconds = getattr(future, "seconds", time.monotonic() - started)
@@ -294,7 +307,9 @@ def score_completions(
         scored = torch.tensor([row not in problems for row in range(batch)], dtype=torch.bool)
         valid = numbers_B[scored]
         metrics[f"reward/{function.name}/mean"] = valid.mean().item() if valid.numel() else 0.0
-        metrics[f"reward/{function.name}/std"] = valid.std(unbiased=False).item() if valid.numel() else 0.0
+        metrics[f"reward/{function.name}/std"] = (
+            valid.std(unbiased=False).item() if valid.numel() else 0.0
+        )
         metrics[f"reward/{function.name}/errors"] = float(len(problems))
         metrics[f"reward/{function.name}/seconds"] = seconds
         if problems:
@@ -303,4 +318,6 @@ def score_completions(
     metrics["reward/total/std"] = total_B.std(unbiased=False).item() if batch else 0.0
     metrics["reward/total/errors"] = float(sum(len(rows) for rows in errors.values()))
     metrics["reward/total/seconds"] = time.monotonic() - started
-    return RewardScores(total_B=total_B, per_function=per_function, skip_B=skip_B, metrics=metrics, errors=errors)
+    return RewardScores(
+        total_B=total_B, per_function=per_function, skip_B=skip_B, metrics=metrics, errors=errors
+    )

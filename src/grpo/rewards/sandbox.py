@@ -1,11 +1,12 @@
 """Running untrusted Python (model-written code) without harm to the machine or the trainer.
 
 :func:`run_python` starts ``python -I -S _sandbox_child.py`` in a new session; that launcher
-isolates itself and ``exec``\\ s ``python -I -B <program>`` (see ``_sandbox_child.py`` for the
-layers). This side supplies what must not depend on the program's cooperation:
+isolates itself and runs ``python -I -B <program>`` (see ``_sandbox_child.py`` for the
+layers: namespaces, a uid of its own, seccomp, rlimits). This side supplies what must not
+depend on the program's cooperation:
 
-* a **wall-clock timeout**: the PID namespace's first process, then the whole process group,
-  is sent SIGKILL (SIGTERM can be ignored; SIGKILL cannot);
+* a **wall-clock timeout**: SIGKILL to the program's PID namespace (or process group), then,
+  if need be, to the launcher's group (SIGTERM can be ignored; SIGKILL cannot);
 * **capped output**: stdout, stderr and the control pipe are read in chunks as they come;
   past the cap the run is killed (so 100 MB of output costs a few milliseconds);
 * an **empty temporary directory** holding only the given files, deleted afterwards;
@@ -21,6 +22,7 @@ the work happens in the child processes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -114,12 +116,16 @@ class _UidPool:
         self._free: list[int] = []
         self._pid = -1
 
+    @classmethod
+    def range_for(cls, pid: int) -> range:
+        base = 1_600_000_000 + (pid % 400_000) * cls.SIZE
+        return range(base, base + cls.SIZE)
+
     def acquire(self) -> int:
         with self._lock:
             if self._pid != os.getpid():  # a fresh range after fork
                 self._pid = os.getpid()
-                base = 1_600_000_000 + (self._pid % 400_000) * self.SIZE
-                self._free = list(range(base + self.SIZE - 1, base - 1, -1))
+                self._free = list(reversed(self.range_for(self._pid)))
             if not self._free:
                 raise RuntimeError(f"more than {self.SIZE} concurrent sandbox runs")
             return self._free.pop()
@@ -170,21 +176,28 @@ def _feed(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _kill(process: subprocess.Popen, namespace_pid: int | None) -> None:
-    """SIGKILL the PID namespace's first process (the kernel then kills all in it, and the
-    launcher reaps it and exits), then the whole process group, then reap the launcher."""
-    if namespace_pid is not None:
+def _kill(process: subprocess.Popen, program_pid: int | None) -> None:
+    """SIGKILL the program: the PID namespace it is the first process of (the kernel kills
+    everything in it) or the process group it leads. The launcher then reaps it all and
+    exits. Failing that within 5 s, or with no program pid yet, SIGKILL the launcher's
+    group too; and reap the launcher.
+
+    The launcher must outlive the program: a child it did not reap would be left to the
+    machine's init, which in a container may never reap it (a zombie per timeout)."""
+    if program_pid is not None:
         try:
-            with open(f"/proc/{namespace_pid}/stat") as handle:
+            with open(f"/proc/{program_pid}/stat") as handle:
                 parent = int(handle.read().rsplit(")", 1)[1].split()[1])
             if parent == process.pid:  # still the launcher's child: not a recycled pid
-                os.kill(namespace_pid, signal.SIGKILL)
+                os.kill(program_pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(program_pid, signal.SIGKILL)  # its group (no PID namespace)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=5)
         except (OSError, ValueError, IndexError):
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     process.wait()
 
 
@@ -228,7 +241,8 @@ def run_python(
     pass_control: bool = False,
     secret: bytes | None = None,
 ) -> SandboxResult:
-    """Run ``python -I -B *argv`` in a sandbox whose working directory holds ``files``.
+    """Run ``python -I -B *argv`` in a sandbox whose working directory holds ``files``
+    (Linux only). Raises :class:`SandboxError` when the sandbox cannot be set up.
 
     ``isolation``: "auto" (namespaces where the kernel allows, else seccomp), "seccomp"
     (skip namespaces), "none" (rlimits only: for debugging). ``require``: layer names
@@ -237,7 +251,7 @@ def run_python(
     with ``secret``, a read pipe on fd 4 carrying those bytes.
     """
     limits = limits or SandboxLimits()
-    host_dir = tempfile.mkdtemp(prefix="grpo-sandbox-")
+    host_dir = tempfile.mkdtemp(prefix=f"grpo-sandbox-{os.getpid()}-")
     for name, content in files.items():
         data = content.encode() if isinstance(content, str) else content
         Path(host_dir, name).write_bytes(data)
@@ -289,17 +303,16 @@ def run_python(
         threading.Thread(target=_feed, args=(secret_w, secret or b""), daemon=True).start()
     try:
         buffers, timed_out, capped = _collect(process, control_r, deadline, limits.output_bytes)
+    except BaseException:  # e.g. KeyboardInterrupt: the program must not outlive us
+        _kill(process, None)
+        _cleanup(host_dir, uid)
+        raise
     finally:
         os.close(control_r)
     control = _parse_control(bytes(buffers["control"]))
     returncode = process.poll()
-    if returncode is None:
+    if returncode is None:  # the launcher outlived the program by > 0.5 s: stop it all
         _kill(process, control.pid)
-    elif not timed_out and not capped:
-        try:  # stragglers outside a PID namespace that still hold nothing we read
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     seconds = time.monotonic() - started
     _cleanup(host_dir, uid)
     if control.failure is not None:
@@ -322,7 +335,11 @@ def _collect(
     """Read stdout, stderr and control until all close and the launcher exits, the deadline
     passes (timed out) or one stream passes the cap (capped); kills in the last two cases."""
     assert process.stdout is not None and process.stderr is not None
-    streams = {process.stdout.fileno(): "stdout", process.stderr.fileno(): "stderr", control_r: "control"}
+    streams = {
+        process.stdout.fileno(): "stdout",
+        process.stderr.fileno(): "stderr",
+        control_r: "control",
+    }
     buffers = {name: bytearray() for name in streams.values()}
     selector = selectors.DefaultSelector()
     for fd in streams:
