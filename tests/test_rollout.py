@@ -44,7 +44,7 @@ def test_rollout_shapes_masks_and_logprobs(tiny_model_dir) -> None:
         rollout.prompt_ids_BP[:3].tolist() == [rollout.prompt_ids_BP[0].tolist()] * 3
     )  # rows grouped
     mask = rollout.completion_mask_BT
-    # A mask is 1…1 then 0…0; a stopped row's last kept token is EOS, a truncated row runs full length.
+    # A mask is 1…1 then 0…0; a stopped row ends on EOS, a truncated one runs full length.
     for row in range(6):
         length = int(mask[row].sum())
         assert mask[row, :length].all() and not mask[row, length:].any()

@@ -55,6 +55,11 @@ class RolloutConfig:
     top_k: int = 0
     stop_strings: list[str] = field(default_factory=list)
     max_sequences_per_batch: int = 512  # generation chunk, bounds KV-cache memory
+    engine: Literal["transformers", "vllm"] = "transformers"  # vllm: GPU, `grpo[vllm]` extra
+    vllm_gpu_memory_utilization: float = 0.3  # GPU share vLLM may take (it shares the GPU)
+    vllm_sleep: bool = True  # free vLLM's GPU memory between rollouts (sleep mode)
+    vllm_max_model_len: int = 0  # 0 = data.max_prompt_tokens + rollout.max_new_tokens
+    vllm_enforce_eager: bool = False  # skip CUDA-graph capture: faster start, slower decoding
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,15 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    """Used when launched by torchrun (WORLD_SIZE > 1); ignored in a single process."""
+
+    strategy: Literal["ddp", "fsdp"] = "ddp"  # fsdp: FSDP2 fully_shard, for models too big
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, gloo on CPU
+    timeout_s: float = 1800.0  # a collective waiting longer than this fails instead of hanging
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -121,6 +135,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 @dataclass(frozen=True)
@@ -133,25 +148,44 @@ class BatchPlan:
     sequences_per_micro_batch: int
     max_micro_batches_per_step: int
     inner_iterations: int
+    world_size: int = 1
+    sequences_per_rank: int = 0  # rows each process generates, scores and trains on
 
     def describe(self) -> str:
-        return (
+        text = (
             f"{self.prompts_per_step} prompts/step × G={self.group_size} = "
             f"{self.sequences_per_step} sequences/step; micro-batches of "
             f"{self.sequences_per_micro_batch} sequences (≤ {self.max_micro_batches_per_step} "
             f"per optimizer step); μ = {self.inner_iterations} optimizer step(s) per rollout batch"
         )
+        if self.world_size > 1:
+            text += (
+                f"; {self.world_size} processes × {self.sequences_per_rank} sequences "
+                f"(rank r: rows [r·{self.sequences_per_rank}, (r+1)·{self.sequences_per_rank}))"
+            )
+        return text
 
 
-def batch_plan(config: Config) -> BatchPlan:
+def batch_plan(config: Config, world_size: int = 1) -> BatchPlan:
+    """Sizes of one step. With ``world_size`` processes each takes a contiguous block of
+    sequences_per_step / world_size rows, which must divide exactly (a group may span ranks)."""
     sequences = config.train.prompts_per_step * config.rollout.group_size
+    if world_size < 1 or sequences % world_size:
+        raise ConfigError(
+            f"train.prompts_per_step × rollout.group_size = {config.train.prompts_per_step} × "
+            f"{config.rollout.group_size} = {sequences} sequences per step cannot be split evenly "
+            f"over {world_size} processes: make it a multiple of {world_size}"
+        )
+    per_rank = sequences // world_size
     return BatchPlan(
         prompts_per_step=config.train.prompts_per_step,
         group_size=config.rollout.group_size,
         sequences_per_step=sequences,
         sequences_per_micro_batch=config.train.sequences_per_micro_batch,
-        max_micro_batches_per_step=math.ceil(sequences / config.train.sequences_per_micro_batch),
+        max_micro_batches_per_step=math.ceil(per_rank / config.train.sequences_per_micro_batch),
         inner_iterations=config.algorithm.inner_iterations,
+        world_size=world_size,
+        sequences_per_rank=per_rank,
     )
 
 
@@ -294,6 +328,12 @@ def validate(config: Config) -> None:
             "eval.reward must be 'module:function'",
         ),
         (config.model.lora_rank >= 0, "model.lora_rank must be ≥ 0"),
+        (
+            0 < config.rollout.vllm_gpu_memory_utilization <= 1,
+            "rollout.vllm_gpu_memory_utilization must be in (0, 1]",
+        ),
+        (config.rollout.vllm_max_model_len >= 0, "rollout.vllm_max_model_len must be ≥ 0"),
+        (config.distributed.timeout_s > 0, "distributed.timeout_s must be > 0"),
     ]
     for index, reward in enumerate(config.rewards):
         checks.append(

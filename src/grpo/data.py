@@ -117,6 +117,19 @@ def load_prompt_dataset(
     )
 
 
+def load_dataset_for(path: str | Path, tokenizer: Any, data: Any) -> PromptDataset:
+    """:func:`load_prompt_dataset` with the formatting options of a ``[data]`` config section."""
+    return load_prompt_dataset(
+        path,
+        tokenizer,
+        prompt_column=data.prompt_column,
+        max_prompt_tokens=data.max_prompt_tokens,
+        truncate_long_prompts=data.truncate_long_prompts,
+        chat_template=data.chat_template,
+        system_prompt=data.system_prompt,
+    )
+
+
 @dataclass
 class PromptSampler:
     """Epoch-wise shuffled indices with a resumable cursor (epoch, position)."""

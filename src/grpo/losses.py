@@ -74,7 +74,8 @@ def policy_loss(
     ``ratio_mean``, ``ratio_min``, ``ratio_max``.
 
     Example:
-        >>> loss, _ = policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2))
+        >>> zeros, ones = torch.zeros(1, 2), torch.ones(1, 2)
+        >>> loss, _ = policy_loss(zeros, zeros, torch.ones(1), ones)
         >>> loss  # ρ = 1 everywhere → objective = A = 1
         tensor(-1.)
     """

@@ -13,9 +13,13 @@ from grpo.config import ModelConfig
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int | None = None) -> torch.device:
+    """``model.device``: "auto" = cuda when available, else cpu. Under torchrun
+    (``local_rank`` given) a bare "cuda" means this process's GPU, cuda:LOCAL_RANK."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        return torch.device("cuda", local_rank)
     return torch.device(name)
 
 
@@ -37,9 +41,8 @@ def load_tokenizer(config: ModelConfig) -> Any:
         # Padding positions are always masked out; any id will do, EOS is the usual choice.
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        raise ValueError(
-            f"model.tokenizer_path: tokenizer at {config.tokenizer_path or config.path} has no EOS token"
-        )
+        where = config.tokenizer_path or config.path
+        raise ValueError(f"model.tokenizer_path: tokenizer at {where} has no EOS token")
     return tokenizer
 
 

@@ -2,11 +2,18 @@
 
 The interface (:class:`RolloutEngine`) works on token ids so that engines are swappable
 (the built-in transformers engine here; vLLM in ``grpo.vllm_engine``). Rows are grouped:
-row b belongs to prompt b // G.
+row b belongs to prompt b // G. An engine may be asked for a contiguous block of the rows
+only (``rows``): that is how several processes split one step, a group possibly spanning two.
+
+The built-in engine samples by inverse CDF from uniforms drawn up front for the *whole*
+step, ``u[b, t]`` for every row b and position t, and uses its own rows' slice: a row's
+tokens then depend on its global index only, not on how the rows are split across
+processes or generation chunks, so 1 process and N processes roll out the same tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,7 +55,10 @@ class RolloutEngine(Protocol):
         group_size: int,
         params: SamplingParams,
         generator: torch.Generator | None = None,
-    ) -> Rollout: ...
+        rows: slice | None = None,
+    ) -> Rollout:
+        """G completions for each prompt: the rows ``rows`` of the len(prompts)·G (all if None)."""
+        ...
 
     def sync_weights(self, model: nn.Module) -> None:
         """Make the engine sample from ``model``'s current weights (no-op when it is the model)."""
@@ -65,6 +75,43 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
             ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
             mask[row, width - len(seq) :] = 1
     return ids, mask
+
+
+def step_rows(num_prompts: int, group_size: int, rows: slice | None) -> tuple[int, int]:
+    """``rows`` as (start, stop) within the num_prompts·G rows of a step (all when None)."""
+    total = num_prompts * group_size
+    start, stop, stride = (rows or slice(None)).indices(total)
+    if stride != 1 or start >= stop:
+        raise ValueError(f"rows must be a non-empty contiguous block of the {total}, got {rows}")
+    return start, stop
+
+
+def sampling_noise(
+    rows: int, positions: int, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    """Uniforms u[b, t] in [0, 1) for every row and position of a step, from ``generator``."""
+    noise_device = generator.device if generator is not None else device
+    return torch.rand((rows, positions), generator=generator, device=noise_device).to(device)
+
+
+def sample_from_uniform(probs_BV: torch.Tensor, u_B: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: the first token v with Σ_{w ≤ v} p_w > u · Σ_w p_w.
+
+    Exact sampling from ``probs_BV`` (unnormalised, zeros allowed) given u ~ U[0, 1); a token
+    of probability 0 (filtered out by top-k/top-p) is never picked.
+    """
+    cdf_BV = probs_BV.float().cumsum(dim=-1)
+    total_B1 = cdf_BV[:, -1:]
+    # Strictly below the total, so some cumulative value exceeds it even after rounding.
+    target_B1 = torch.minimum(
+        u_B[:, None] * total_B1, torch.nextafter(total_B1, torch.zeros_like(total_B1))
+    )
+    token_B = torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1)
+    token_B = token_B.clamp(max=probs_BV.shape[-1] - 1)
+    # The cumulative sum does not rise at a zero; a parallel scan's rounding could still
+    # make it look so on a GPU: such a pick falls back to the most likely token.
+    picked_B = probs_BV.gather(1, token_B[:, None]).squeeze(1)
+    return torch.where(picked_B > 0, token_B, probs_BV.argmax(dim=-1))
 
 
 def filter_logits(logits_BV: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -85,8 +132,11 @@ def filter_logits(logits_BV: torch.Tensor, top_k: int, top_p: float) -> torch.Te
 class TransformersEngine:
     """Samples from the policy itself with a KV cache; no second copy of the weights.
 
-    Each prompt is prefilled once and its cache repeated G times, so the prompt costs one
-    forward pass per group rather than G.
+    Each prompt is prefilled once per chunk and its cache shared by its rows, so the prompt
+    costs one forward pass per group rather than G. ``all_done`` decides when decoding may
+    stop: by default when this process's rows are all finished; with an FSDP-sharded model
+    every process must run as many forward passes as the others (each one gathers
+    parameters from all of them), so there it answers for all processes together.
     """
 
     def __init__(
@@ -97,12 +147,14 @@ class TransformersEngine:
         eos_token_ids: set[int],
         decode=None,
         max_sequences_per_batch: int = 512,
+        all_done: Callable[[bool], bool] | None = None,
     ) -> None:
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_ids = eos_token_ids
         self.decode = decode  # list[int] -> str, needed only for stop strings
         self.max_sequences_per_batch = max_sequences_per_batch
+        self.all_done = all_done
 
     def sync_weights(self, model: nn.Module) -> None:
         self.model = model
@@ -113,30 +165,49 @@ class TransformersEngine:
         group_size: int,
         params: SamplingParams,
         generator: torch.Generator | None = None,
+        rows: slice | None = None,
     ) -> Rollout:
         if params.stop_strings and self.decode is None:
             raise ValueError("stop_strings need a decode function")
-        prompts_per_chunk = max(1, self.max_sequences_per_batch // group_size)
+        start, stop = step_rows(len(prompt_token_ids), group_size, rows)
+        noise_BT = None
+        if params.temperature > 0:  # drawn for every row of the step, whatever `rows` is
+            device = next(self.model.parameters()).device
+            total = len(prompt_token_ids) * group_size
+            noise_BT = sampling_noise(total, params.max_new_tokens, generator, device)
+        chunk = self.max_sequences_per_batch
         chunks = [
             self._generate_chunk(
-                prompt_token_ids[i : i + prompts_per_chunk], group_size, params, generator
+                prompt_token_ids,
+                group_size,
+                first,
+                min(first + chunk, stop),
+                params,
+                None if noise_BT is None else noise_BT[first : min(first + chunk, stop)],
             )
-            for i in range(0, len(prompt_token_ids), prompts_per_chunk)
+            for first in range(start, stop, chunk)
         ]
         return _concat_rollouts(chunks, self.pad_token_id)
 
     @torch.no_grad()
     def _generate_chunk(
         self,
-        prompts: list[list[int]],
+        prompt_token_ids: list[list[int]],
         group_size: int,
+        first_row: int,
+        end_row: int,
         params: SamplingParams,
-        generator: torch.Generator | None,
+        noise_BT: torch.Tensor | None,
     ) -> Rollout:
+        """Rows [first_row, end_row) of the step; each distinct prompt is prefilled once."""
         model = self.model
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
+        first_prompt = first_row // group_size
+        prompts = prompt_token_ids[first_prompt : (end_row - 1) // group_size + 1]
+        # Row b's prompt, as an index into `prompts` (a group may be cut at either end).
+        select_B = torch.arange(first_row, end_row, device=device) // group_size - first_prompt
         try:
             prompt_ids_NP, prompt_mask_NP = left_pad(prompts, self.pad_token_id)
             prompt_ids_NP, prompt_mask_NP = prompt_ids_NP.to(device), prompt_mask_NP.to(device)
@@ -153,11 +224,11 @@ class TransformersEngine:
                 logits_to_keep=1,
                 **{cache_name: kv_cache},
             ).logits[:, -1, :]
-            kv_cache.batch_repeat_interleave(group_size)
-            logits_BV = logits_NV.repeat_interleave(group_size, dim=0)
-            prompt_ids_BP = prompt_ids_NP.repeat_interleave(group_size, dim=0)
-            prompt_mask_BP = prompt_mask_NP.repeat_interleave(group_size, dim=0)
-            next_position_B1 = positions_NP[:, -1:].repeat_interleave(group_size, dim=0) + 1
+            kv_cache.batch_select_indices(select_B)
+            logits_BV = logits_NV[select_B]
+            prompt_ids_BP = prompt_ids_NP[select_B]
+            prompt_mask_BP = prompt_mask_NP[select_B]
+            next_position_B1 = positions_NP[select_B, -1:] + 1
             attention_mask_BL = prompt_mask_BP
             batch = prompt_ids_BP.shape[0]
             eos_ids = torch.tensor(sorted(self.eos_token_ids), device=device, dtype=torch.long)
@@ -165,15 +236,15 @@ class TransformersEngine:
             tokens, logps, masks = [], [], []
             done_B = torch.zeros(batch, dtype=torch.bool, device=device)
             stopped_B = torch.zeros(batch, dtype=torch.bool, device=device)
-            for _ in range(params.max_new_tokens):
-                if params.temperature == 0:  # greedy decoding, for evaluation
+            for position in range(params.max_new_tokens):
+                if noise_BT is None:  # greedy decoding, for evaluation
                     logp_BV = torch.log_softmax(logits_BV.float(), dim=-1)
                     token_B = logp_BV.argmax(dim=-1)
                 else:
                     scaled_BV = logits_BV.float() / params.temperature
                     logp_BV = torch.log_softmax(scaled_BV, dim=-1)
                     probs_BV = filter_logits(scaled_BV, params.top_k, params.top_p).softmax(dim=-1)
-                    token_B = torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
+                    token_B = sample_from_uniform(probs_BV, noise_BT[:, position])
                 token_B = torch.where(done_B, self.pad_token_id, token_B)
                 tokens.append(token_B)
                 logps.append(
@@ -185,7 +256,8 @@ class TransformersEngine:
                     ended_B |= ~done_B & self._hits_stop_string(tokens, done_B, params.stop_strings)
                 stopped_B |= ended_B
                 done_B |= ended_B
-                if bool(done_B.all()):
+                finished = bool(done_B.all())
+                if self.all_done(finished) if self.all_done is not None else finished:
                     break
                 attention_mask_BL = torch.cat(
                     [attention_mask_BL, torch.ones_like(token_B)[:, None]], dim=1

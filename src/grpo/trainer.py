@@ -3,6 +3,10 @@
 Per step: 1 sample prompts → 2 roll out G completions each → 3 score them → 4 group
 advantages, dropping zero-variance groups → 5 policy update (reference log-probs, μ inner
 iterations over micro-batches, AdamW) → 6 metrics → 7 checkpoint.
+
+Under torchrun (see ``grpo.distributed``) every process samples the same prompts and takes
+a contiguous block of the step's rows through 2, 3 and 5; after 3 the per-row results are
+all-gathered, so 4 sees the whole step everywhere. Only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -22,18 +26,30 @@ from torch import nn
 
 from grpo.advantages import group_advantages, zero_variance_groups
 from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
-from grpo.config import Config, ConfigError, batch_plan, config_to_dict
-from grpo.data import PromptSampler, load_prompt_dataset
-from grpo.evaluate import greedy_accuracy
+from grpo.config import BatchPlan, Config, ConfigError, batch_plan, config_to_dict
+from grpo.data import PromptSampler, load_dataset_for
+from grpo.distributed import (
+    Dist,
+    full_model_state,
+    full_optimizer_state,
+    init_distributed,
+    load_optimizer_state,
+    reduce_step_metrics,
+    shard_fsdp,
+    update_shard,
+    world_from_env,
+    wrap_for_training,
+)
+from grpo.evaluate import held_out_evaluator
 from grpo.metrics import MetricsLog, console_line
-from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer, pick_device
+from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer
 from grpo.rewards.runner import (
+    RewardError,
     RewardFunction,
-    resolve_function,
     resolve_reward_functions,
     score_completions,
 )
-from grpo.rollout import SamplingParams, TransformersEngine
+from grpo.rollout import RolloutEngine, SamplingParams, TransformersEngine
 from grpo.update import TrainBatch, policy_update
 
 
@@ -66,34 +82,22 @@ def decode_completions(tokenizer: Any, ids_BT: torch.Tensor, mask_BT: torch.Tens
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
-def _held_out_evaluator(config: Config, tokenizer: Any, rewards: list[RewardFunction]):
-    """A function policy → held-out greedy accuracy, or None when no eval set is configured."""
-    if not config.eval.path:
-        return None
-    if config.eval.reward:
-        reward = RewardFunction(name=config.eval.reward, fn=resolve_function(config.eval.reward))
-    else:
-        accuracy_rewards = [f for f in rewards if getattr(f.fn, "is_accuracy", False)]
-        if not accuracy_rewards:
-            raise ConfigError(
-                "eval.path is set but no reward is an accuracy reward: set eval.reward"
-            )
-        reward = accuracy_rewards[0]
-    dataset = load_prompt_dataset(
-        config.eval.path,
-        tokenizer,
-        prompt_column=config.data.prompt_column,
-        max_prompt_tokens=config.data.max_prompt_tokens,
-        truncate_long_prompts=config.data.truncate_long_prompts,
-        chat_template=config.data.chat_template,
-        system_prompt=config.data.system_prompt,
+def _rollout_engine(config: Config, policy: nn.Module, tokenizer: Any, dist: Dist) -> RolloutEngine:
+    """rollout.engine: the built-in sampler on the policy itself, or vLLM (GPU)."""
+    eos_ids = eos_token_ids(policy, tokenizer)
+    if config.rollout.engine == "vllm":
+        from grpo.vllm_engine import VLLMEngine
+
+        device = next(policy.parameters()).device
+        return VLLMEngine.from_config(config, tokenizer, eos_ids, device)
+    return TransformersEngine(
+        policy,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=eos_ids,
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        max_sequences_per_batch=config.rollout.max_sequences_per_batch,
+        all_done=dist.all_done if dist.fsdp else None,
     )
-    max_new_tokens = config.eval.max_new_tokens or config.rollout.max_new_tokens
-
-    def evaluate(policy: nn.Module) -> float:
-        return greedy_accuracy(policy, tokenizer, dataset, reward, max_new_tokens=max_new_tokens)
-
-    return evaluate
 
 
 def train(
@@ -102,23 +106,57 @@ def train(
     reward_functions: list[RewardFunction] | None = None,
     verbose: bool = True,
 ) -> TrainResult:
-    """Train ``config.model.path`` with GRPO; returns the run directory and the metrics."""
+    """Train ``config.model.path`` with GRPO; returns the run directory and the metrics.
+
+    Under torchrun this is one process of the job: it joins the process group (and
+    leaves it at the end). A batch that does not split evenly over the processes, or an
+    unsupported combination, is a :class:`ConfigError` before anything is loaded.
+    """
+    plan = batch_plan(config, world_from_env()[1])
+    if plan.world_size > 1 and config.distributed.strategy == "fsdp" and config.model.lora_rank:
+        raise ConfigError(
+            "distributed.strategy = 'fsdp' with model.lora_rank > 0 is not supported: "
+            "use distributed.strategy = 'ddp' (only the adapters train, so DDP is cheap)"
+        )
+    if config.rollout.engine == "vllm":  # before anything is loaded: vLLM and a GPU
+        from grpo.vllm_engine import import_vllm
+
+        try:
+            import_vllm()
+        except (ImportError, RuntimeError) as error:
+            raise ConfigError(str(error)) from None
+    dist, device = init_distributed(config.distributed, config.model.device)
+    try:
+        return _train(config, plan, dist, device, reward_functions, verbose)
+    finally:
+        dist.close()
+
+
+def _train(
+    config: Config,
+    plan: BatchPlan,
+    dist: Dist,
+    device: torch.device,
+    reward_functions: list[RewardFunction] | None,
+    verbose: bool,
+) -> TrainResult:
     # --- 0. Set-up: seeds, run directory, models, data, rewards, optimizer ---------------
     train_cfg, algo, rollout_cfg = config.train, config.algorithm, config.rollout
     random.seed(train_cfg.seed)
     torch.manual_seed(train_cfg.seed)
-    device = pick_device(config.model.device)
     run_dir = Path(train_cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = run_dir / "checkpoint"
     resuming = train_cfg.resume and (checkpoint_dir / "trainer_state.pt").exists()
-    if train_cfg.resume and not resuming:
-        print(f"train.resume: no checkpoint in {checkpoint_dir}; starting from step 0")
-    (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
 
     def say(message: str) -> None:
-        if verbose:
+        if verbose and dist.is_main:
             print(message, flush=True)
+
+    if train_cfg.resume and not resuming:
+        say(f"train.resume: no checkpoint in {checkpoint_dir}; starting from step 0")
+    if dist.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
 
     tokenizer = load_tokenizer(config.model)
     uses_lora = config.model.lora_rank > 0
@@ -128,31 +166,28 @@ def train(
         policy = load_policy(
             config.model, device, adapter_path=str(checkpoint_dir) if resuming else None
         )
+    trained = wrap_for_training(policy, dist)  # DDP / FSDP2 / the policy itself
     reference, reference_context = None, None
     if algo.beta > 0:
         if uses_lora:  # the base weights are the reference: no second copy in memory
             reference_context = policy.disable_adapter
         else:
             reference = load_reference(config.model, device)
+            if dist.fsdp:
+                reference = shard_fsdp(reference, dist)
     rewards = (
         reward_functions
         if reward_functions is not None
         else resolve_reward_functions(config.rewards)
     )
-    dataset = load_prompt_dataset(
-        config.data.train_path,
-        tokenizer,
-        prompt_column=config.data.prompt_column,
-        max_prompt_tokens=config.data.max_prompt_tokens,
-        truncate_long_prompts=config.data.truncate_long_prompts,
-        chat_template=config.data.chat_template,
-        system_prompt=config.data.system_prompt,
-    )
+    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
     sampler = PromptSampler(len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle)
-    evaluate = _held_out_evaluator(config, tokenizer, rewards)
+    evaluate = held_out_evaluator(
+        config, tokenizer, rewards, all_done=dist.all_done if dist.fsdp else None
+    )
     optim_cfg = config.optim
     optimizer = torch.optim.AdamW(
-        [p for p in policy.parameters() if p.requires_grad],
+        [p for p in trained.parameters() if p.requires_grad],
         lr=optim_cfg.lr,
         betas=(optim_cfg.beta1, optim_cfg.beta2),
         weight_decay=optim_cfg.weight_decay,
@@ -161,13 +196,7 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(optim_cfg.schedule, optim_cfg.warmup_steps, total_optimizer_steps)
     )
-    engine = TransformersEngine(
-        policy,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_ids=eos_token_ids(policy, tokenizer),
-        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-        max_sequences_per_batch=rollout_cfg.max_sequences_per_batch,
-    )
+    engine = _rollout_engine(config, policy, tokenizer, dist)
     sampling = SamplingParams(
         temperature=rollout_cfg.temperature,
         top_p=rollout_cfg.top_p,
@@ -175,11 +204,12 @@ def train(
         max_new_tokens=rollout_cfg.max_new_tokens,
         stop_strings=tuple(rollout_cfg.stop_strings),
     )
+    # The same seed in every process: the sampling noise is drawn for the whole step.
     generator = torch.Generator(device=device).manual_seed(train_cfg.seed)
     start_step = 0
     if resuming:
         state = load_trainer_state(checkpoint_dir)
-        optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(trained, optimizer, state["optimizer"], dist)
         scheduler.load_state_dict(state["scheduler"])
         sampler.load_state_dict(state["sampler"])
         restore_rng(state, generator)
@@ -187,17 +217,28 @@ def train(
         say(f"resumed from {checkpoint_dir} at step {start_step}")
         if start_step >= train_cfg.steps:
             say(
-                f"nothing to train: the checkpoint is at step {start_step} of train.steps = {train_cfg.steps}"
+                f"nothing to train: the checkpoint is at step {start_step} of "
+                f"train.steps = {train_cfg.steps}"
             )
-    plan = batch_plan(config)
+    if start_step > 0:
+        engine.sync_weights(policy)  # an external engine starts from the base weights
     group_size, prompts_per_step = plan.group_size, plan.prompts_per_step
+    rows = dist.rows(plan.sequences_per_step)  # this process's block of the step's rows
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    reference_kind = (
+        "none (β = 0)" if algo.beta == 0 else "LoRA base" if uses_lora else "frozen copy"
+    )
+    placement = (
+        f"{dist.world_size} processes ({config.distributed.strategy})"
+        if dist.enabled
+        else str(device)
+    )
     say(
-        f"grpo: {dataset.source}: {len(dataset)} prompts; policy {config.model.path} ({trainable:,} trainable "
-        f"parameters) on {device}; reference: {'none (β = 0)' if algo.beta == 0 else 'LoRA base' if uses_lora else 'frozen copy'}"
+        f"grpo: {dataset.source}: {len(dataset)} prompts; policy {config.model.path} "
+        f"({trainable:,} trainable parameters) on {placement}; reference: {reference_kind}"
     )
     say(f"grpo: {plan.describe()}")
-    log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard)
+    log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard, enabled=dist.is_main)
     history: list[dict[str, float]] = []
     if evaluate is not None and start_step == 0:
         accuracy = evaluate(policy)
@@ -205,63 +246,104 @@ def train(
         history.append({"step": 0, "eval/accuracy": accuracy})
         say(f"grpo: held-out greedy accuracy before training: {accuracy:.1%}")
     progress = None
-    if verbose and train_cfg.progress:
+    if verbose and train_cfg.progress and dist.is_main:
         from tqdm.auto import tqdm
 
         progress = tqdm(
             total=train_cfg.steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True
         )
 
+    def checkpoint(step: int) -> None:
+        model_state = full_model_state(trained, dist)  # FSDP: gathered from every process
+        optimizer_state = full_optimizer_state(trained, optimizer, dist)
+        if dist.is_main:
+            save_checkpoint(
+                run_dir,
+                step=step,
+                model=policy,
+                tokenizer=tokenizer,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                sampler_state=sampler.state_dict(),
+                generator=generator,
+                model_state=model_state,
+                optimizer_state=optimizer_state,
+            )
+
     for step in range(start_step + 1, train_cfg.steps + 1):
         step_started = time.perf_counter()
-        # --- 1. Sample prompts -----------------------------------------------------------
+        # --- 1. Sample prompts (the same in every process) -------------------------------
         indices = sampler.next_indices(prompts_per_step)
-        rows = [index for index in indices for _ in range(group_size)]  # row b → prompt b // G
+        step_prompts = [index for index in indices for _ in range(group_size)]  # b → b // G
+        row_prompts = step_prompts[rows]
 
-        # --- 2. Roll out G completions per prompt from the current policy ---------------
+        # --- 2. Roll out G completions per prompt (this process: its rows only) ---------
         rollout = engine.generate(
-            [dataset.prompt_token_ids[i] for i in indices], group_size, sampling, generator
+            [dataset.prompt_token_ids[i] for i in indices],
+            group_size,
+            sampling,
+            generator,
+            rows=rows if dist.enabled else None,
         )
         completions = decode_completions(
             tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT
         )
         rollout_seconds = time.perf_counter() - step_started
 
-        # --- 3. Score every completion ----------------------------------------------------
+        # --- 3. Score every completion; gather the whole step's per-row results ---------
         reward_started = time.perf_counter()
-        columns = {name: [values[i] for i in rows] for name, values in dataset.columns.items()}
-        scores = score_completions(
-            rewards, [dataset.prompts[i] for i in rows], completions, columns, group_size=group_size
-        )
+        columns = {
+            name: [values[i] for i in row_prompts] for name, values in dataset.columns.items()
+        }
+        try:
+            scores = score_completions(
+                rewards,
+                [dataset.prompts[i] for i in row_prompts],
+                completions,
+                columns,
+                group_size=1 if dist.enabled else group_size,  # groups may span processes
+            )
+        except RewardError as error:
+            if not dist.enabled:
+                raise
+            where = f"process {dist.rank} (its row 0 is the step's row {rows.start})"
+            raise RewardError(f"{where}: {error}", error.function, error.row) from error
         reward_seconds = time.perf_counter() - reward_started
+        accuracy_names = [f.name for f in rewards if getattr(f.fn, "is_accuracy", False)]
+        step_rows = dist.gather_columns(
+            {
+                "reward": scores.total_B,
+                "skip": scores.skip_B,
+                "length": rollout.completion_mask_BT.sum(dim=1).cpu(),
+                "truncated": rollout.truncated_B.cpu(),
+                **{f"accuracy:{name}": scores.per_function[name] for name in accuracy_names[:1]},
+            }
+        )
 
         # --- 4. Group advantages; zero-variance groups carry no signal and are dropped ----
-        rewards_NG = scores.total_B.view(prompts_per_step, group_size)
+        rewards_NG = step_rows["reward"].view(prompts_per_step, group_size)
         advantages_B = group_advantages(
             rewards_NG, scale=algo.advantage_scale, eps=algo.advantage_eps
         ).view(-1)
         zero_variance_N = zero_variance_groups(rewards_NG)
-        skipped_N = scores.skip_B.view(prompts_per_step, group_size).any(dim=1)
-        keep_B = (
-            (~zero_variance_N & ~skipped_N)
-            .repeat_interleave(group_size)
-            .to(rollout.completion_ids_BT.device)
-        )
+        skipped_N = step_rows["skip"].view(prompts_per_step, group_size).any(dim=1)
+        keep_B = (~zero_variance_N & ~skipped_N).repeat_interleave(group_size)
 
         # --- 5. Policy update: μ optimizer steps over micro-batches of the kept rows -----
         train_started = time.perf_counter()
         update_metrics: dict[str, float] = {}
-        if keep_B.any():
+        if keep_B.any():  # the whole step's decision: the same in every process
+            local_keep_B = keep_B[rows].to(rollout.completion_ids_BT.device)
             batch = TrainBatch(
-                prompt_ids_BP=rollout.prompt_ids_BP[keep_B],
-                prompt_mask_BP=rollout.prompt_mask_BP[keep_B],
-                completion_ids_BT=rollout.completion_ids_BT[keep_B],
-                completion_mask_BT=rollout.completion_mask_BT[keep_B],
-                advantages_B=advantages_B.to(device)[keep_B],
-                sampler_logp_BT=rollout.sampler_logp_BT[keep_B],
+                prompt_ids_BP=rollout.prompt_ids_BP[local_keep_B],
+                prompt_mask_BP=rollout.prompt_mask_BP[local_keep_B],
+                completion_ids_BT=rollout.completion_ids_BT[local_keep_B],
+                completion_mask_BT=rollout.completion_mask_BT[local_keep_B],
+                advantages_B=advantages_B[rows].to(device)[local_keep_B],
+                sampler_logp_BT=rollout.sampler_logp_BT[local_keep_B],
             )
             update_metrics = policy_update(
-                policy,
+                trained,
                 batch,
                 algorithm=algo,
                 temperature=rollout_cfg.temperature,
@@ -272,44 +354,56 @@ def train(
                 max_grad_norm=optim_cfg.max_grad_norm,
                 reference=reference,
                 reference_context=reference_context,
+                shard=update_shard(
+                    dist,
+                    trained,
+                    keep_B,
+                    step_rows["length"],
+                    rollout,
+                    plan.sequences_per_micro_batch,
+                ),
             )
+            engine.sync_weights(policy)  # no-op for the built-in engine; vLLM gets the weights
         else:
-            with (
-                warnings.catch_warnings()
-            ):  # no optimizer step was due; keep the LR on the step clock
+            # No optimizer step was due; keep the LR schedule on the step clock all the same.
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 for _ in range(algo.inner_iterations):
                     scheduler.step()
         train_seconds = time.perf_counter() - train_started
 
-        # --- 6. Metrics --------------------------------------------------------------------
-        lengths_B = rollout.completion_mask_BT.sum(dim=1).float()
-        metrics = {
-            "reward/mean": scores.total_B.mean().item(),
-            "reward/std": scores.total_B.std(unbiased=False).item(),
-            **scores.metrics,
-            "zero_variance_frac": zero_variance_N.float().mean().item(),
-            "skipped_groups": float(skipped_N.sum()),
-            "groups_trained": float(keep_B.sum().item() // group_size),
-            "completion_len/mean": lengths_B.mean().item(),
-            "completion_len/max": lengths_B.max().item(),
-            "truncated_frac": rollout.truncated_B.float().mean().item(),
-            "lr": scheduler.get_last_lr()[0],
-            **update_metrics,
+        # --- 6. Metrics (the whole step's; each process's own parts are reduced) ---------
+        lengths_B = step_rows["length"].float()
+        times = {
             "time/rollout": rollout_seconds,
             "time/reward": reward_seconds,
             "time/train": train_seconds,
             "time/step": time.perf_counter() - step_started,
         }
+        reward_metrics, update_metrics, times = reduce_step_metrics(
+            dist, scores.metrics, update_metrics, times
+        )
+        metrics = {
+            "reward/mean": step_rows["reward"].mean().item(),
+            "reward/std": step_rows["reward"].std(unbiased=False).item(),
+            **reward_metrics,
+            "zero_variance_frac": zero_variance_N.float().mean().item(),
+            "skipped_groups": float(skipped_N.sum()),
+            "groups_trained": float(keep_B.sum().item() // group_size),
+            "completion_len/mean": lengths_B.mean().item(),
+            "completion_len/max": lengths_B.max().item(),
+            "truncated_frac": step_rows["truncated"].float().mean().item(),
+            "lr": scheduler.get_last_lr()[0],
+            **update_metrics,
+            **times,
+        }
         if evaluate is not None and (
             step == train_cfg.steps or (config.eval.every and step % config.eval.every == 0)
         ):
             metrics["eval/accuracy"] = evaluate(policy)
-        accuracy_values = [
-            scores.per_function[f.name] for f in rewards if getattr(f.fn, "is_accuracy", False)
-        ]
-        if accuracy_values:
-            metrics["accuracy"] = (accuracy_values[0] >= 1.0).float().mean().item()
+        if accuracy_names:
+            accuracy_B = step_rows[f"accuracy:{accuracy_names[0]}"]
+            metrics["accuracy"] = (accuracy_B >= 1.0).float().mean().item()
         history.append({"step": step, **metrics})
         log.write(step, metrics)
         if progress is not None:
@@ -317,39 +411,25 @@ def train(
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 progress.write(console_line(step, train_cfg.steps, metrics))
 
-        # --- 7. Checkpoint -------------------------------------------------------------------
+        # --- 7. Checkpoint (rank 0 writes) ---------------------------------------------------
         if train_cfg.save_every and step % train_cfg.save_every == 0 and step < train_cfg.steps:
-            save_checkpoint(
-                run_dir,
-                step=step,
-                model=policy,
-                tokenizer=tokenizer,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                sampler_state=sampler.state_dict(),
-                generator=generator,
-            )
+            checkpoint(step)
 
     if progress is not None:
         progress.close()
     log.close()
     final_dir = run_dir / "final"
-    save_model(policy, tokenizer, final_dir, merge_lora=True)
-    if uses_lora:
-        policy.save_pretrained(str(run_dir / "final_adapter"))
+    final_state = full_model_state(trained, dist)
+    if dist.is_main:
+        save_model(policy, tokenizer, final_dir, merge_lora=True, state_dict=final_state)
+        if uses_lora:
+            policy.save_pretrained(str(run_dir / "final_adapter"))
     if train_cfg.save_every:
-        save_checkpoint(
-            run_dir,
-            step=train_cfg.steps,
-            model=policy,
-            tokenizer=tokenizer,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            sampler_state=sampler.state_dict(),
-            generator=generator,
-        )
+        checkpoint(train_cfg.steps)
+    dist.barrier()  # everything is written when any process returns
     say(
-        f"grpo: final policy saved to {final_dir} (safetensors; AutoModelForCausalLM.from_pretrained loads it)"
+        f"grpo: final policy saved to {final_dir} "
+        "(safetensors; AutoModelForCausalLM.from_pretrained loads it)"
     )
     return TrainResult(
         run_dir=run_dir, final_dir=final_dir, history=history, model=policy, tokenizer=tokenizer

@@ -2,7 +2,9 @@
 
 Normalizers (sequence count, token count, max length) are those of the whole batch, so the
 micro-batch losses add up to the full batch's loss and the accumulated gradient equals the
-one-batch gradient exactly.
+one-batch gradient exactly. With several processes (:class:`Shard`) the normalizers count
+every process's rows, so each process's loss is its share of the whole step's loss and the
+gradients, summed across processes, are the single-process gradient.
 """
 
 from __future__ import annotations
@@ -55,6 +57,27 @@ class TrainBatch:
 ReferenceContext = Callable[[], contextlib.AbstractContextManager]
 
 
+@dataclass
+class Shard:
+    """How this process's rows fit into a step split across processes.
+
+    ``num_sequences``/``num_tokens``: kept sequences and their completion tokens over all
+    processes (the loss normalizers). ``micro_batches``: how many forward/backward passes
+    every process runs per optimizer step, the largest count of any process. A process with
+    fewer real micro-batches (or no rows at all) runs zero-weighted passes on ``filler``
+    (any one row), because DDP needs every process to run the gradient-synchronising
+    backward, and FSDP every forward (each gathers parameters from all processes).
+    ``no_sync``: the context for all but the last backward of an optimizer step, in which
+    gradients accumulate locally; the last backward then sums them across processes once.
+    """
+
+    num_sequences: int
+    num_tokens: int
+    micro_batches: int
+    filler: TrainBatch
+    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None
+
+
 def policy_update(
     policy: nn.Module,
     batch: TrainBatch,
@@ -68,13 +91,18 @@ def policy_update(
     max_grad_norm: float,
     reference: nn.Module | None = None,
     reference_context: ReferenceContext | None = None,
+    shard: Shard | None = None,
 ) -> dict[str, float]:
     """Run μ = ``algorithm.inner_iterations`` optimizer steps on ``batch``; return metrics.
 
     π_old log-probs are taken from the first iteration's forward pass (the weights have
     not moved yet, so they are exactly π_old's) and reused by later iterations, never
     recomputed. The reference is ``reference`` (a frozen model) or, for LoRA, the policy
-    itself inside ``reference_context`` (adapters disabled).
+    itself inside ``reference_context`` (adapters disabled). With ``shard``, ``batch`` is
+    this process's rows (possibly none) of a step split across processes; the metrics are
+    then this process's parts: sums (loss, kl, clip fractions, entropy, sampler_logp_gap)
+    add up across processes, ratio_min/ratio_max take the min/max, and grad_norm is the
+    same everywhere.
     """
     rows = batch.advantages_B.shape[0]
     slices = [
@@ -82,11 +110,18 @@ def policy_update(
         for i in range(0, rows, sequences_per_micro_batch)
     ]
     micro_batches = [batch.micro_batch(s) for s in slices]
+    weights = [1.0] * len(micro_batches)
     normalizers = {
         "num_sequences": rows,
         "num_tokens": int(batch.completion_mask_BT.sum()),
         "max_length": max_completion_length,
     }
+    if shard is not None:
+        normalizers["num_sequences"] = shard.num_sequences
+        normalizers["num_tokens"] = shard.num_tokens
+        padding = max(shard.micro_batches - len(micro_batches), 0)
+        micro_batches += [shard.filler] * padding
+        weights += [0.0] * padding
     use_kl = algorithm.beta > 0
     reference_logps = [
         _reference_logprobs(policy, reference, reference_context, micro, temperature)
@@ -95,9 +130,25 @@ def policy_update(
         for micro in micro_batches
     ]
     old_logps: list[torch.Tensor | None] = [None] * len(micro_batches)
-    trainable = [p for p in policy.parameters() if p.requires_grad]
-    totals: dict[str, float] = {}
+    # The optimizer's own parameters: under FSDP, policy.parameters() can list the unsharded
+    # copies (the root stays unsharded after a no-grad forward), which get no gradient.
+    trainable = [p for group in optimizer.param_groups for p in group["params"]]
+    # Every key from the start: a process with only filler passes reports neutral values.
+    totals: dict[str, float] = {
+        "loss": 0.0,
+        "clip_frac_low": 0.0,
+        "clip_frac_high": 0.0,
+        "ratio_min": math.inf,
+        "ratio_max": -math.inf,
+        "entropy": 0.0,
+        "sampler_logp_gap": 0.0,
+        "grad_norm": 0.0,
+    }
+    if use_kl:
+        totals["kl"] = 0.0
     token_total = max(normalizers["num_tokens"], 1)
+    last_index = len(micro_batches) - 1
+    no_sync = shard.no_sync if shard is not None else None
 
     def add(key: str, value: float) -> None:
         totals[key] = totals.get(key, 0.0) + value
@@ -105,59 +156,40 @@ def policy_update(
     for iteration in range(algorithm.inner_iterations):
         first = iteration == 0
         for index, micro in enumerate(micro_batches):
-            logp_BT, entropy_BT = completion_logprobs(
-                policy,
-                micro.prompt_ids_BP,
-                micro.prompt_mask_BP,
-                micro.completion_ids_BT,
-                micro.completion_mask_BT,
-                temperature=temperature,
-                with_entropy=first,
-            )
-            if old_logps[index] is None:
-                old_logps[index] = logp_BT.detach()
-            loss, stats = policy_loss(
-                logp_BT,
-                old_logps[index],
-                micro.advantages_B,
-                micro.completion_mask_BT,
-                clip_low=algorithm.clip_low,
-                clip_high=algorithm.clip_high,
-                aggregation=algorithm.aggregation,
-                **normalizers,
-            )
-            mask_BT = micro.completion_mask_BT
-            tokens = float(mask_BT.sum())
-            last = iteration == algorithm.inner_iterations - 1
-            if use_kl:
-                kl_term = aggregate(
-                    kl_penalty(logp_BT, reference_logps[index], algorithm.kl_kind),
-                    mask_BT,
-                    algorithm.aggregation,
-                    **normalizers,
+            # Gradients are summed across processes once, in the step's last backward.
+            local_only = no_sync is not None and index < last_index
+            with no_sync() if local_only else contextlib.nullcontext():
+                metrics = _micro_step(
+                    policy,
+                    micro,
+                    old_logps,
+                    reference_logps,
+                    index,
+                    weight=weights[index],
+                    first=first,
+                    algorithm=algorithm,
+                    temperature=temperature,
+                    normalizers=normalizers,
                 )
-                loss = loss + algorithm.beta * kl_term
-                if last:
-                    add("kl", kl_term.item())
-            loss.backward()
-            if last:
-                add("loss", loss.item())
-                add("clip_frac_low", stats["clip_frac_low"].item() * tokens / token_total)
-                add("clip_frac_high", stats["clip_frac_high"].item() * tokens / token_total)
-                totals["ratio_min"] = min(
-                    totals.get("ratio_min", math.inf), stats["ratio_min"].item()
-                )
-                totals["ratio_max"] = max(
-                    totals.get("ratio_max", -math.inf), stats["ratio_max"].item()
-                )
+            if weights[index] == 0.0:
+                continue
+            tokens = float(micro.completion_mask_BT.sum())
+            if iteration == algorithm.inner_iterations - 1:
+                add("loss", metrics["loss"])
+                if use_kl:
+                    add("kl", metrics["kl"])
+                add("clip_frac_low", metrics["clip_frac_low"] * tokens / token_total)
+                add("clip_frac_high", metrics["clip_frac_high"] * tokens / token_total)
+                totals["ratio_min"] = min(totals["ratio_min"], metrics["ratio_min"])
+                totals["ratio_max"] = max(totals["ratio_max"], metrics["ratio_max"])
             if first:
-                keep_BT = mask_BT.bool()
-                add("entropy", float(entropy_BT[keep_BT].sum()) / token_total)
-                gap = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
-                add("sampler_logp_gap", float(gap[keep_BT].sum()) / token_total)
+                add("entropy", metrics["entropy_sum"] / token_total)
+                add("sampler_logp_gap", metrics["gap_sum"] / token_total)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             trainable, max_grad_norm if max_grad_norm > 0 else math.inf
         )
+        if hasattr(grad_norm, "full_tensor"):  # FSDP: a replicated DTensor
+            grad_norm = grad_norm.full_tensor()
         if not torch.isfinite(grad_norm):
             optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
@@ -169,6 +201,70 @@ def policy_update(
         add("grad_norm", grad_norm.item() / algorithm.inner_iterations)
     totals["clip_frac"] = totals["clip_frac_low"] + totals["clip_frac_high"]
     return totals
+
+
+def _micro_step(
+    policy: nn.Module,
+    micro: TrainBatch,
+    old_logps: list[torch.Tensor | None],
+    reference_logps: list[torch.Tensor | None],
+    index: int,
+    *,
+    weight: float,
+    first: bool,
+    algorithm: AlgorithmConfig,
+    temperature: float,
+    normalizers: dict[str, int],
+) -> dict[str, float]:
+    """Forward, loss × ``weight``, backward for one micro-batch; its scalar statistics."""
+    logp_BT, entropy_BT = completion_logprobs(
+        policy,
+        micro.prompt_ids_BP,
+        micro.prompt_mask_BP,
+        micro.completion_ids_BT,
+        micro.completion_mask_BT,
+        temperature=temperature,
+        with_entropy=first,
+    )
+    if old_logps[index] is None:
+        old_logps[index] = logp_BT.detach()
+    loss, stats = policy_loss(
+        logp_BT,
+        old_logps[index],
+        micro.advantages_B,
+        micro.completion_mask_BT,
+        clip_low=algorithm.clip_low,
+        clip_high=algorithm.clip_high,
+        aggregation=algorithm.aggregation,
+        **normalizers,
+    )
+    mask_BT = micro.completion_mask_BT
+    metrics: dict[str, float] = {}
+    if algorithm.beta > 0:
+        kl_term = aggregate(
+            kl_penalty(logp_BT, reference_logps[index], algorithm.kl_kind),
+            mask_BT,
+            algorithm.aggregation,
+            **normalizers,
+        )
+        loss = loss + algorithm.beta * kl_term
+        metrics["kl"] = kl_term.item()
+    (loss if weight == 1.0 else loss * weight).backward()
+    if weight == 0.0:
+        return metrics
+    metrics.update(
+        loss=loss.item(),
+        clip_frac_low=stats["clip_frac_low"].item(),
+        clip_frac_high=stats["clip_frac_high"].item(),
+        ratio_min=stats["ratio_min"].item(),
+        ratio_max=stats["ratio_max"].item(),
+    )
+    if first:
+        keep_BT = mask_BT.bool()
+        metrics["entropy_sum"] = float(entropy_BT[keep_BT].sum())
+        gap_BT = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
+        metrics["gap_sum"] = float(gap_BT[keep_BT].sum())
+    return metrics
 
 
 @torch.no_grad()
