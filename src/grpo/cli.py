@@ -66,10 +66,11 @@ def cmd_plot(args: argparse.Namespace, overrides: list[str]) -> int:
 
     rows = read_metrics(args.run_dir)
     values = [row[args.key] for row in rows if args.key in row]
+    steps = [row["step"] for row in rows if args.key in row]
     if not values:
         print(f"no {args.key!r} in {Path(args.run_dir) / 'metrics.jsonl'}", file=sys.stderr)
         return 1
-    print(text_curve(values, label=args.key))
+    print(text_curve(values, label=args.key, steps=steps))
     return 0
 
 

@@ -62,8 +62,18 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def text_curve(values: list[float], *, width: int = 60, height: int = 10, label: str = "") -> str:
-    """A plain-text plot of a series (bucketed to ``width`` columns), for terminals and logs."""
+def text_curve(
+    values: list[float],
+    *,
+    width: int = 60,
+    height: int = 10,
+    label: str = "",
+    steps: list[int] | None = None,
+) -> str:
+    """A plain-text plot of a series (bucketed to ``width`` columns), for terminals and logs.
+
+    ``steps`` are the values' step numbers (default 1, 2, …), for the axis label.
+    """
     if not values:
         return "(no data)"
     buckets = max(1, min(width, len(values)))
@@ -82,5 +92,6 @@ def text_curve(values: list[float], *, width: int = 60, height: int = 10, label:
         axis = f"{threshold:8.3f} |"
         rows.append(axis + "".join("•" if p >= threshold else " " for p in points))
     rows.append(" " * 9 + "+" + "-" * len(points))
-    rows.append(" " * 10 + f"steps 1..{len(values)}" + (f"  ({label})" if label else ""))
+    first, last = (steps[0], steps[-1]) if steps else (1, len(values))
+    rows.append(" " * 10 + f"steps {first}..{last}" + (f"  ({label})" if label else ""))
     return "\n".join(rows)
