@@ -62,3 +62,15 @@ def test_lora_trains_adapters_and_saves_a_loadable_model(
     ]
     assert changed and all("proj" in name for name in changed)  # only adapted linear layers moved
     assert (result.run_dir / "final_adapter" / "adapter_config.json").exists()
+    # The merged export is a plain transformers model computing what the adapter model does,
+    # and with adapters disabled the adapter model is the base (the reference) exactly.
+    adapter_model = result.model.eval()
+    input_ids = torch.tensor([[3, 5, 7, 9, 11, 4], [6, 2, 8, 1, 5, 7]])
+    assert type(merged).__module__.startswith("transformers.")
+    with torch.no_grad():
+        adapter_logits = adapter_model(input_ids=input_ids).logits
+        torch.testing.assert_close(merged(input_ids=input_ids).logits, adapter_logits)
+        with adapter_model.disable_adapter():
+            reference_logits = adapter_model(input_ids=input_ids).logits
+        torch.testing.assert_close(reference_logits, base(input_ids=input_ids).logits)
+    assert not torch.allclose(adapter_logits, reference_logits)  # the adapters did train

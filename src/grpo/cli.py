@@ -1,4 +1,4 @@
-"""The ``grpo`` command: train, demo, eval, plot."""
+"""The ``grpo`` command: train, demo, eval, plot, memory."""
 
 from __future__ import annotations
 
@@ -74,6 +74,12 @@ def cmd_plot(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def cmd_memory(args: argparse.Namespace, overrides: list[str]) -> int:
+    from grpo.memory_cli import run_memory
+
+    return run_memory(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpo", description="GRPO for Hugging Face causal LMs")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir")
     plot.add_argument("--key", default="reward/mean")
     plot.set_defaults(handler=cmd_plot)
+
+    from grpo.memory_cli import add_memory_arguments
+
+    memory = commands.add_parser("memory", help="plan GRPO vs PPO training memory, row by row")
+    add_memory_arguments(memory)
+    memory.set_defaults(handler=cmd_memory)
     return parser
 
 

@@ -72,6 +72,18 @@ class AlgorithmConfig:
     beta: float = 0.04  # KL weight; 0 = no reference model is loaded at all
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
     inner_iterations: int = 1  # μ: optimizer steps on each rollout batch
+    estimator: Literal["grpo", "ppo"] = "grpo"  # ppo: a critic + GAE instead of the group baseline
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Used when algorithm.estimator = "ppo" (see grpo.critic)."""
+
+    gamma: float = 1.0  # γ, discount per token
+    lam: float = 0.95  # λ of GAE
+    value_clip: float = 0.2  # the clipped value loss's c; 0 = unclipped
+    critic_lr: float = 1e-5  # the critic's own AdamW learning rate (constant)
+    whiten_advantages: bool = True  # normalise GAE advantages over the batch's tokens
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
     rewards: list[RewardConfig] = field(default_factory=list)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -293,8 +306,18 @@ def validate(config: Config) -> None:
         (bool(config.data.train_path), "data.train_path must name a JSONL file"),
         (config.data.max_prompt_tokens >= 1, "data.max_prompt_tokens must be ≥ 1"),
         (
-            config.rollout.group_size >= 2,
+            config.rollout.group_size >= 2 or config.algorithm.estimator == "ppo",
             "rollout.group_size must be ≥ 2 (the group is the baseline)",
+        ),
+        (config.rollout.group_size >= 1, "rollout.group_size must be ≥ 1"),
+        (0 <= config.ppo.gamma <= 1, "ppo.gamma must be in [0, 1]"),
+        (0 <= config.ppo.lam <= 1, "ppo.lam must be in [0, 1]"),
+        (config.ppo.value_clip >= 0, "ppo.value_clip must be ≥ 0"),
+        (config.ppo.critic_lr > 0, "ppo.critic_lr must be > 0"),
+        (
+            not (config.algorithm.estimator == "ppo" and config.train.resume),
+            "train.resume is not supported with algorithm.estimator = 'ppo' "
+            "(the critic is not checkpointed)",
         ),
         (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be ≥ 1"),
         (config.rollout.temperature > 0, "rollout.temperature must be > 0"),

@@ -65,7 +65,8 @@ def policy_loss(
 
     ρ_it = exp(logp_it − old_logp_it); the objective per token is
     min(ρ_it·A_i, clip(ρ_it, 1 − clip_low, 1 + clip_high)·A_i), the advantage A_i shared by
-    every token of completion i, and loss = −aggregate(objective) (see :func:`aggregate`
+    every token of completion i (or, given a (B, T) tensor, per-token advantages A_it as
+    PPO's GAE makes), and loss = −aggregate(objective) (see :func:`aggregate`
     for the modes and the step-wide normalizers used under gradient accumulation).
     ``clip_high > clip_low`` gives DAPO's asymmetric "clip-higher".
 
@@ -80,7 +81,8 @@ def policy_loss(
         tensor(-1.)
     """
     ratio_BT = torch.exp(logp_BT - old_logp_BT)
-    advantages_B1 = advantages_B.to(ratio_BT.dtype)[:, None]
+    advantages = advantages_B.to(ratio_BT.dtype)
+    advantages_B1 = advantages[:, None] if advantages.dim() == 1 else advantages  # PPO: (B, T)
     unclipped_BT = ratio_BT * advantages_B1
     clipped_BT = ratio_BT.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages_B1
     objective_BT = torch.minimum(unclipped_BT, clipped_BT)

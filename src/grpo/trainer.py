@@ -18,6 +18,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from torch import nn
 from grpo.advantages import group_advantages, zero_variance_groups
 from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
 from grpo.config import BatchPlan, Config, ConfigError, batch_plan, config_to_dict
+from grpo.critic import load_critic, ppo_update
 from grpo.data import PromptSampler, load_dataset_for
 from grpo.distributed import (
     Dist,
@@ -118,6 +120,8 @@ def train(
             "distributed.strategy = 'fsdp' with model.lora_rank > 0 is not supported: "
             "use distributed.strategy = 'ddp' (only the adapters train, so DDP is cheap)"
         )
+    if plan.world_size > 1 and config.algorithm.estimator == "ppo":
+        raise ConfigError("algorithm.estimator = 'ppo' runs in a single process (no torchrun)")
     if config.rollout.engine == "vllm":  # before anything is loaded: vLLM and a GPU
         from grpo.vllm_engine import import_vllm
 
@@ -196,6 +200,7 @@ def _train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(optim_cfg.schedule, optim_cfg.warmup_steps, total_optimizer_steps)
     )
+    critic = load_critic(config, device) if algo.estimator == "ppo" else None  # PPO's value model
     engine = _rollout_engine(config, policy, tokenizer, dist)
     sampling = SamplingParams(
         temperature=rollout_cfg.temperature,
@@ -328,6 +333,8 @@ def _train(
         zero_variance_N = zero_variance_groups(rewards_NG)
         skipped_N = step_rows["skip"].view(prompts_per_step, group_size).any(dim=1)
         keep_B = (~zero_variance_N & ~skipped_N).repeat_interleave(group_size)
+        if critic is not None:  # PPO: the critic is the baseline, so equal rewards still teach
+            keep_B = (~skipped_N).repeat_interleave(group_size)
 
         # --- 5. Policy update: μ optimizer steps over micro-batches of the kept rows -----
         train_started = time.perf_counter()
@@ -342,7 +349,11 @@ def _train(
                 advantages_B=advantages_B[rows].to(device)[local_keep_B],
                 sampler_logp_BT=rollout.sampler_logp_BT[local_keep_B],
             )
-            update_metrics = policy_update(
+            update = policy_update
+            if critic is not None:  # PPO: the critic's per-token GAE advantages replace A_i
+                kept_rewards_B = step_rows["reward"][rows][keep_B[rows]].to(device)
+                update = partial(ppo_update, critic, rewards_B=kept_rewards_B)
+            update_metrics = update(
                 trained,
                 batch,
                 algorithm=algo,

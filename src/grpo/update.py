@@ -42,6 +42,7 @@ class TrainBatch:
             int((prompt_mask.sum(dim=0) > 0).nonzero().min()) if prompt_mask.any() else 0
         )
         completion_width = max(int(completion_mask.sum(dim=1).max()), 1)
+        advantages = self.advantages_B[rows]  # (B,) or PPO's per-token (B, T)
         prompt_cols = slice(first_prompt_column, None)
         completion_cols = slice(0, completion_width)
         return TrainBatch(
@@ -49,7 +50,7 @@ class TrainBatch:
             prompt_mask_BP=prompt_mask[:, prompt_cols],
             completion_ids_BT=self.completion_ids_BT[rows, completion_cols],
             completion_mask_BT=completion_mask[:, completion_cols],
-            advantages_B=self.advantages_B[rows],
+            advantages_B=advantages if advantages.dim() == 1 else advantages[:, completion_cols],
             sampler_logp_BT=self.sampler_logp_BT[rows, completion_cols],
         )
 
