@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -66,6 +65,20 @@ def _overrides(args: argparse.Namespace, work: Path, estimator: str, lora_rank: 
     ]
 
 
+def memory_status() -> dict[str, int]:
+    """This process's VmHWM (peak RSS), VmRSS, RssAnon and RssFile in bytes (Linux).
+
+    VmHWM belongs to this process's own address space; ``ru_maxrss`` would not do: a child
+    started by vfork/posix_spawn inherits its parent's high-water mark.
+    """
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
 def child(args: argparse.Namespace) -> None:
     """One configuration in this fresh process; prints one JSON line."""
     import peft  # noqa: F401  (imported by the baseline too, so both count it)
@@ -96,7 +109,7 @@ def child(args: argparse.Namespace) -> None:
         real_save = grpo.trainer.save_model
 
         def save_after_measuring(*a, **k):
-            peaks["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            peaks.update(memory_status())
             if cuda:
                 peaks["cuda"] = torch.cuda.max_memory_allocated()
             return real_save(*a, **k)
@@ -107,8 +120,8 @@ def child(args: argparse.Namespace) -> None:
         result["seconds"] = time.perf_counter() - started
         result["groups_trained"] = [row["groups_trained"] for row in history]
         result["value_loss"] = [row.get("value_loss") for row in history]
-        result.update(peak_rss=peaks["rss"], peak_cuda=peaks.get("cuda", 0))
-    result["rss_at_exit"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        result.update(peak_rss=peaks["VmHWM"], peak_cuda=peaks.get("cuda", 0), at_peak=peaks)
+    result["at_exit"] = memory_status()
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -175,9 +188,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=2)
@@ -205,7 +218,7 @@ def main() -> None:
     )
     baseline = 0
     if args.device == "cpu":
-        baseline = run_child("baseline", args, work)["rss_at_exit"]
+        baseline = run_child("baseline", args, work)["at_exit"]["VmHWM"]
         print(f"baseline (interpreter, imports, tokenizer, data): {baseline / 1e6:,.0f} MB")
     results = {}
     for name in names:
@@ -218,7 +231,8 @@ def main() -> None:
         print(
             f"{name}: peak {peak / 1e6:,.0f} MB, state {(peak - baseline) / 1e6:,.0f} MB, "
             f"planned {results[name]['planned'] / 1e6:,.0f} MB, "
-            f"{results[name]['seconds']:.0f} s, groups trained {results[name]['groups_trained']}",
+            f"{results[name]['seconds']:.0f} s, groups trained {results[name]['groups_trained']}, "
+            f"value loss {results[name]['value_loss']}",
             flush=True,
         )
     print()

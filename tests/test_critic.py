@@ -66,13 +66,15 @@ def test_ppo_trains_policy_and_critic(tiny_model_dir, arithmetic_jsonl, tmp_path
     assert max(value_losses[-2:]) < 0.2 * value_losses[0], value_losses
     assert history[-1]["value_mean"] > 0.5  # the critic now predicts a positive return
     after = AutoModelForCausalLM.from_pretrained(result.final_dir)
-    moved = [not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters())]
+    moved = [
+        not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters(), strict=True)
+    ]
     assert all(moved)
 
 
 def test_group_size_one_is_allowed_for_ppo_only(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
     _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "rollout.group_size=1")
-    with pytest.raises(ConfigError, match="rollout.group_size"):
+    with pytest.raises(ConfigError, match=r"rollout\.group_size"):
         _config(
             tiny_model_dir,
             arithmetic_jsonl,
@@ -80,5 +82,29 @@ def test_group_size_one_is_allowed_for_ppo_only(tiny_model_dir, arithmetic_jsonl
             "rollout.group_size=1",
             "algorithm.estimator='grpo'",
         )
-    with pytest.raises(ConfigError, match="train.resume"):
+    with pytest.raises(ConfigError, match=r"train\.resume"):
         _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.resume=true")
+
+
+def test_lora_critic_trains_adapters_and_head_only(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    pytest.importorskip("peft")
+    from grpo.critic import completion_values, load_critic
+    from grpo.update import TrainBatch
+
+    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "model.lora_rank=4")
+    critic = load_critic(config, torch.device("cpu"))
+    trainable = [name for name, p in critic.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name or name.startswith("head.") for name in trainable)
+    assert any(name.startswith("head.") for name in trainable)
+    micro = TrainBatch(
+        prompt_ids_BP=torch.tensor([[0, 5, 6], [7, 8, 9]]),
+        prompt_mask_BP=torch.tensor([[0, 1, 1], [1, 1, 1]]),
+        completion_ids_BT=torch.tensor([[10, 11], [12, 0]]),
+        completion_mask_BT=torch.tensor([[1, 1], [1, 0]]),
+        advantages_B=torch.zeros(2),
+        sampler_logp_BT=torch.zeros(2, 2),
+    )
+    values_BT = completion_values(critic.model, micro)
+    assert values_BT.shape == (2, 2) and torch.equal(values_BT, torch.zeros(2, 2))  # head = 0

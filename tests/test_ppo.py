@@ -88,3 +88,22 @@ def test_value_loss_micro_batches_add_up_with_the_batch_token_count() -> None:
         for s in (slice(0, 1), slice(1, 3), slice(3, 4))
     )
     torch.testing.assert_close(parts, whole)
+
+
+def test_policy_loss_and_micro_batches_take_per_token_advantages() -> None:
+    from grpo.losses import policy_loss
+    from grpo.update import TrainBatch
+
+    zeros, mask = torch.zeros(1, 3), torch.tensor([[1, 1, 0]])
+    loss, _ = policy_loss(zeros, zeros, torch.tensor([[1.0, 3.0, 50.0]]), mask, aggregation="token")
+    assert loss.item() == pytest.approx(-(1.0 + 3.0) / 2)  # ρ = 1: −mean of the kept A_it
+    batch = TrainBatch(
+        prompt_ids_BP=torch.ones(2, 2, dtype=torch.long),
+        prompt_mask_BP=torch.ones(2, 2, dtype=torch.long),
+        completion_ids_BT=torch.ones(2, 4, dtype=torch.long),
+        completion_mask_BT=torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]]),
+        advantages_B=torch.arange(8.0).view(2, 4),
+        sampler_logp_BT=torch.zeros(2, 4),
+    )
+    micro = batch.micro_batch(slice(0, 1))  # completion columns trimmed to the row's 2 tokens
+    assert micro.advantages_B.tolist() == [[0.0, 1.0]]
