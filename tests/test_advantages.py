@@ -63,3 +63,45 @@ def test_bad_shape_and_scale_are_errors() -> None:
         group_advantages(torch.zeros(8))
     with pytest.raises(ValueError, match="scale"):
         group_advantages(torch.zeros(1, 2), scale="bogus")  # type: ignore[arg-type]
+
+
+def test_leave_one_out_by_hand() -> None:
+    from grpo import leave_one_out_advantages
+
+    # G = 4, r = (1, 0, 0, 1): for r_0 the others' mean is 1/3 → 2/3; for r_1 it is 2/3 → −2/3.
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 2.0, 6.0]])
+    # Row 2: others' means (1+2+6)/3 = 3, (3+2+6)/3 = 11/3, (3+1+6)/3 = 10/3, (3+1+2)/3 = 2.
+    expected = torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3], [0.0, -8 / 3, -4 / 3, 4.0]])
+    assert torch.allclose(leave_one_out_advantages(rewards), expected)
+    # The same as G/(G−1) times the centred reward, and what scale="rloo" returns.
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    assert torch.allclose(group_advantages(rewards, scale="rloo"), centred * 4 / 3)
+    assert torch.equal(leave_one_out_advantages(torch.full((2, 3), 0.7)), torch.zeros(2, 3))
+
+
+def test_leave_one_out_needs_two_completions() -> None:
+    from grpo import leave_one_out_advantages
+
+    with pytest.raises(ValueError, match="G ≥ 2"):
+        leave_one_out_advantages(torch.tensor([[1.0], [0.0]]))
+
+
+def test_variants_on_the_same_rewards() -> None:
+    # Two groups of G = 2: (0, 1) and (0, 3); group means 0.5 and 1.5.
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0]])
+    assert torch.allclose(
+        group_advantages(rewards, scale="none"), torch.tensor([[-0.5, 0.5], [-1.5, 1.5]])
+    )
+    # Group σ: 0.5 and 1.5 → ±1 in both groups.
+    assert torch.allclose(
+        group_advantages(rewards, scale="group", eps=0.0), torch.tensor([[-1.0, 1.0]] * 2)
+    )
+    # Batch σ of {0, 1, 0, 3}: mean 1, variance (1 + 0 + 1 + 4)/4 = 1.5.
+    assert torch.allclose(
+        group_advantages(rewards, scale="batch", eps=0.0),
+        torch.tensor([[-0.5, 0.5], [-1.5, 1.5]]) / 1.5**0.5,
+    )
+    # Leave-one-out with G = 2: r_i − r_j.
+    assert torch.allclose(
+        group_advantages(rewards, scale="rloo"), torch.tensor([[-1.0, 1.0], [-3.0, 3.0]])
+    )

@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-AdvantageScale = Literal["group", "batch", "none"]
+AdvantageScale = Literal["group", "batch", "none", "rloo"]
 
 
 def zero_variance_groups(rewards_NG: torch.Tensor) -> torch.Tensor:
@@ -21,6 +21,28 @@ def zero_variance_groups(rewards_NG: torch.Tensor) -> torch.Tensor:
         tensor([ True, False])
     """
     return (rewards_NG == rewards_NG[:, :1]).all(dim=1)
+
+
+def leave_one_out_advantages(rewards_NG: torch.Tensor) -> torch.Tensor:
+    """RLOO advantages: each completion's reward minus the mean of the *other* G − 1.
+
+    A_i = r_i − 1/(G−1) · Σ_{j≠i} r_j = G/(G−1) · (r_i − r̄)   (Ahmadian et al. 2024,
+    "Back to Basics", after Kool et al. 2019). The baseline excludes the sample itself,
+    so it is unbiased; no σ scaling, no ε. Needs G ≥ 2. A constant group gets exactly 0.
+
+    Example:
+        >>> leave_one_out_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+        tensor([[ 1.0000, -0.3333, -0.3333, -0.3333]])
+    """
+    if rewards_NG.dim() != 2 or rewards_NG.shape[1] < 2:
+        raise ValueError(
+            f"rewards must have shape (num_groups, G ≥ 2), got {tuple(rewards_NG.shape)}"
+        )
+    rewards_NG = rewards_NG.to(torch.float32)
+    group_size = rewards_NG.shape[1]
+    others_mean_NG = (rewards_NG.sum(dim=1, keepdim=True) - rewards_NG) / (group_size - 1)
+    advantages_NG = rewards_NG - others_mean_NG
+    return torch.where(zero_variance_groups(rewards_NG)[:, None], 0.0, advantages_NG)
 
 
 def group_advantages(
@@ -39,6 +61,8 @@ def group_advantages(
     - ``"none"`` (Dr. GRPO, Liu et al. 2025): A_i = r_i − r̄, centred only.
     - ``"batch"``: A_i = (r_i − r̄) / (σ_batch + eps), the group mean with σ taken over all
       N·G rewards of the batch (population σ).
+    - ``"rloo"``: the leave-one-out baseline, A_i = G/(G−1) · (r_i − r̄), unscaled; see
+      :func:`leave_one_out_advantages`.
 
     A group whose rewards are all equal gets advantage exactly 0 in every mode.
 
@@ -59,4 +83,6 @@ def group_advantages(
         return centered_NG / (std_N1 + eps)
     if scale == "batch":
         return centered_NG / (rewards_NG.std(unbiased=False) + eps)
-    raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    if scale == "rloo":
+        return leave_one_out_advantages(rewards_NG)
+    raise ValueError(f"scale must be 'group', 'batch', 'none' or 'rloo', got {scale!r}")

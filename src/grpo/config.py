@@ -64,7 +64,7 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    advantage_scale: Literal["group", "batch", "none"] = "group"
+    advantage_scale: Literal["group", "batch", "none", "rloo"] = "group"
     advantage_eps: float = 1e-4
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -73,6 +73,11 @@ class AlgorithmConfig:
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
     inner_iterations: int = 1  # μ: optimizer steps on each rollout batch
     estimator: Literal["grpo", "ppo"] = "grpo"  # ppo: a critic + GAE instead of the group baseline
+    # DAPO dynamic sampling: drop zero-variance groups and generate further rounds of
+    # train.prompts_per_step prompts until that many informative groups are in hand (the
+    # surplus of the last round is not trained on) or max_generation_rounds is reached.
+    dynamic_sampling: bool = False
+    max_generation_rounds: int = 4  # cap on rounds per step with dynamic_sampling
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,16 @@ class PPOConfig:
     value_clip: float = 0.2  # the clipped value loss's c; 0 = unclipped
     critic_lr: float = 1e-5  # the critic's own AdamW learning rate (constant)
     whiten_advantages: bool = True  # normalise GAE advantages over the batch's tokens
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """Adaptive curriculum: draw prompts ∝ E[p(1 − p)]^strength under a Beta posterior."""
+
+    enabled: bool = False  # false: epoch-wise shuffled order (data.shuffle)
+    strength: float = 1.0  # exponent k on the weights: 0 = uniform, larger = sharper focus
+    prior_successes: float = 1.0  # α₀ of the Beta(α₀, β₀) prior; an unseen prompt's weight
+    prior_failures: float = 1.0  # β₀ (α₀ = β₀ = 1: unseen weight 1/6 vs at most 1/4)
 
 
 @dataclass(frozen=True)
@@ -144,6 +159,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     rewards: list[RewardConfig] = field(default_factory=list)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -332,6 +348,18 @@ def validate(config: Config) -> None:
         (config.algorithm.clip_high >= 0, "algorithm.clip_high must be ≥ 0"),
         (config.algorithm.beta >= 0, "algorithm.beta must be ≥ 0"),
         (config.algorithm.inner_iterations >= 1, "algorithm.inner_iterations must be ≥ 1"),
+        (
+            config.algorithm.max_generation_rounds >= 1,
+            "algorithm.max_generation_rounds must be ≥ 1",
+        ),
+        (
+            not (config.algorithm.dynamic_sampling and config.algorithm.estimator == "ppo"),
+            "algorithm.dynamic_sampling needs algorithm.estimator = 'grpo' "
+            "(PPO's critic learns from zero-variance groups too)",
+        ),
+        (config.curriculum.strength >= 0, "curriculum.strength must be ≥ 0"),
+        (config.curriculum.prior_successes > 0, "curriculum.prior_successes must be > 0"),
+        (config.curriculum.prior_failures > 0, "curriculum.prior_failures must be > 0"),
         (len(config.rewards) >= 1, "rewards: at least one [[rewards]] table is needed"),
         (config.optim.lr > 0, "optim.lr must be > 0"),
         (config.optim.max_grad_norm >= 0, "optim.max_grad_norm must be ≥ 0"),

@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+from grpo.config import CurriculumConfig
+from grpo.curriculum import PromptStats, draw_prompts
+
 
 class DataError(ValueError):
     """A bad dataset row or file; the message names the file and row."""
@@ -132,16 +135,37 @@ def load_dataset_for(path: str | Path, tokenizer: Any, data: Any) -> PromptDatas
 
 @dataclass
 class PromptSampler:
-    """Epoch-wise shuffled indices with a resumable cursor (epoch, position)."""
+    """Epoch-wise shuffled indices with a resumable cursor (epoch, position), or, with a
+    curriculum, draws weighted by each prompt's E[p(1 − p)] (see ``grpo.curriculum``).
+
+    Per-prompt statistics (``stats``, filled by the trainer) are kept in every mode; all
+    state, statistics included, is in :meth:`state_dict` and so in checkpoints.
+    """
 
     size: int
     seed: int
     shuffle: bool = True
     epoch: int = 0
     position: int = 0
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    draws: int = 0  # curriculum draws so far: each seeds its own generator (resumable)
+    stats: PromptStats = field(init=False)
     _order: list[int] = field(default_factory=list, repr=False)
 
+    def __post_init__(self) -> None:
+        self.stats = PromptStats.empty(self.size)
+
     def next_indices(self, count: int) -> list[int]:
+        if self.curriculum.enabled:
+            self.draws += 1
+            return draw_prompts(
+                self.stats,
+                count,
+                strength=self.curriculum.strength,
+                prior_successes=self.curriculum.prior_successes,
+                prior_failures=self.curriculum.prior_failures,
+                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.draws),
+            )
         picked = []
         while len(picked) < count:
             if not self._order:
@@ -160,9 +184,17 @@ class PromptSampler:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         return torch.randperm(self.size, generator=generator).tolist()
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "draws": self.draws,
+            "stats": self.stats.state_dict(),
+        }
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.position = state["epoch"], state["position"]
+        self.draws = state.get("draws", 0)  # checkpoints from before the curriculum lack these
+        if "stats" in state:
+            self.stats.load_state_dict(state["stats"])
         self._order = self._epoch_order()

@@ -29,6 +29,7 @@ from grpo.advantages import group_advantages, zero_variance_groups
 from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
 from grpo.config import BatchPlan, Config, ConfigError, batch_plan, config_to_dict
 from grpo.critic import load_critic, ppo_update
+from grpo.curriculum import record_step
 from grpo.data import PromptSampler, load_dataset_for
 from grpo.distributed import (
     Dist,
@@ -41,6 +42,14 @@ from grpo.distributed import (
     update_shard,
     world_from_env,
     wrap_for_training,
+)
+from grpo.dynamic_sampling import (
+    GenerationRound,
+    first_groups,
+    informative_groups,
+    merge_rounds,
+    needs_another_round,
+    process_major,
 )
 from grpo.evaluate import held_out_evaluator
 from grpo.metrics import MetricsLog, console_line
@@ -185,7 +194,9 @@ def _train(
         else resolve_reward_functions(config.rewards)
     )
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
-    sampler = PromptSampler(len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle)
+    sampler = PromptSampler(
+        len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle, curriculum=config.curriculum
+    )
     evaluate = held_out_evaluator(
         config, tokenizer, rewards, all_done=dist.all_done if dist.fsdp else None
     )
@@ -277,76 +288,103 @@ def _train(
 
     for step in range(start_step + 1, train_cfg.steps + 1):
         step_started = time.perf_counter()
-        # --- 1. Sample prompts (the same in every process) -------------------------------
-        indices = sampler.next_indices(prompts_per_step)
-        step_prompts = [index for index in indices for _ in range(group_size)]  # b → b // G
-        row_prompts = step_prompts[rows]
-
-        # --- 2. Roll out G completions per prompt (this process: its rows only) ---------
-        rollout = engine.generate(
-            [dataset.prompt_token_ids[i] for i in indices],
-            group_size,
-            sampling,
-            generator,
-            rows=rows if dist.enabled else None,
-        )
-        completions = decode_completions(
-            tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT
-        )
-        rollout_seconds = time.perf_counter() - step_started
-
-        # --- 3. Score every completion; gather the whole step's per-row results ---------
-        reward_started = time.perf_counter()
-        columns = {
-            name: [values[i] for i in row_prompts] for name, values in dataset.columns.items()
-        }
-        try:
-            scores = score_completions(
-                rewards,
-                [dataset.prompts[i] for i in row_prompts],
-                completions,
-                columns,
-                group_size=1 if dist.enabled else group_size,  # groups may span processes
+        rounds: list[GenerationRound] = []
+        rollout_seconds = reward_seconds = 0.0
+        # 1–3 run once, or with algorithm.dynamic_sampling until enough groups have signal.
+        while not rounds or (
+            algo.dynamic_sampling
+            and needs_another_round(
+                rounds, group_size, prompts_per_step, algo.max_generation_rounds
             )
-        except RewardError as error:
-            if not dist.enabled:
-                raise
-            where = f"process {dist.rank} (its row 0 is the step's row {rows.start})"
-            raise RewardError(f"{where}: {error}", error.function, error.row) from error
-        reward_seconds = time.perf_counter() - reward_started
-        accuracy_names = [f.name for f in rewards if getattr(f.fn, "is_accuracy", False)]
-        step_rows = dist.gather_columns(
-            {
-                "reward": scores.total_B,
-                "skip": scores.skip_B,
-                "length": rollout.completion_mask_BT.sum(dim=1).cpu(),
-                "truncated": rollout.truncated_B.cpu(),
-                **{f"accuracy:{name}": scores.per_function[name] for name in accuracy_names[:1]},
+        ):
+            round_started = time.perf_counter()
+            # --- 1. Sample prompts (the same in every process) ---------------------------
+            indices = sampler.next_indices(prompts_per_step)
+            step_prompts = [index for index in indices for _ in range(group_size)]  # b → b // G
+            row_prompts = step_prompts[rows]
+
+            # --- 2. Roll out G completions per prompt (this process: its rows only) -----
+            rollout = engine.generate(
+                [dataset.prompt_token_ids[i] for i in indices],
+                group_size,
+                sampling,
+                generator,
+                rows=rows if dist.enabled else None,
+            )
+            completions = decode_completions(
+                tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT
+            )
+            rollout_seconds += time.perf_counter() - round_started
+
+            # --- 3. Score every completion; gather the whole step's per-row results -----
+            reward_started = time.perf_counter()
+            columns = {
+                name: [values[i] for i in row_prompts] for name, values in dataset.columns.items()
             }
-        )
+            try:
+                scores = score_completions(
+                    rewards,
+                    [dataset.prompts[i] for i in row_prompts],
+                    completions,
+                    columns,
+                    group_size=1 if dist.enabled else group_size,  # groups may span processes
+                )
+            except RewardError as error:
+                if not dist.enabled:
+                    raise
+                where = f"process {dist.rank} (its row 0 is the step's row {rows.start})"
+                raise RewardError(f"{where}: {error}", error.function, error.row) from error
+            reward_seconds += time.perf_counter() - reward_started
+            accuracy_names = [f.name for f in rewards if getattr(f.fn, "is_accuracy", False)]
+            step_rows = dist.gather_columns(
+                {
+                    "reward": scores.total_B,
+                    "skip": scores.skip_B,
+                    "length": rollout.completion_mask_BT.sum(dim=1).cpu(),
+                    "truncated": rollout.truncated_B.cpu(),
+                    **{
+                        f"accuracy:{name}": scores.per_function[name] for name in accuracy_names[:1]
+                    },
+                }
+            )
+            rounds.append(GenerationRound(indices, rollout, step_rows, scores.metrics))
+        generation = merge_rounds(rounds, tokenizer.pad_token_id)
+        indices, rollout, step_rows = generation.indices, generation.rollout, generation.step_rows
 
         # --- 4. Group advantages; zero-variance groups carry no signal and are dropped ----
-        rewards_NG = step_rows["reward"].view(prompts_per_step, group_size)
+        rewards_NG = step_rows["reward"].view(len(indices), group_size)
         advantages_B = group_advantages(
             rewards_NG, scale=algo.advantage_scale, eps=algo.advantage_eps
         ).view(-1)
         zero_variance_N = zero_variance_groups(rewards_NG)
-        skipped_N = step_rows["skip"].view(prompts_per_step, group_size).any(dim=1)
-        keep_B = (~zero_variance_N & ~skipped_N).repeat_interleave(group_size)
+        skipped_N = step_rows["skip"].view(len(indices), group_size).any(dim=1)
+        trains_N = first_groups(informative_groups(zero_variance_N, skipped_N), prompts_per_step)
         if critic is not None:  # PPO: the critic is the baseline, so equal rewards still teach
-            keep_B = (~skipped_N).repeat_interleave(group_size)
+            trains_N = ~skipped_N
+        keep_B = trains_N.repeat_interleave(group_size)
+        accuracy_B = step_rows.get(f"accuracy:{accuracy_names[0]}") if accuracy_names else None
+        signal_metrics = record_step(
+            sampler.stats, indices, rewards_NG, accuracy_B, zero_variance_N, step
+        )
+        update_rows, lengths_B = rows, step_rows["length"]
+        if len(rounds) > 1:  # this process's rows of every round, side by side
+            update_rows = dist.rows(len(rounds) * plan.sequences_per_step)
+            keep_B, advantages_B, lengths_B = (
+                process_major(t, len(rounds), dist.world_size)
+                for t in (keep_B, advantages_B, lengths_B)
+            )
 
         # --- 5. Policy update: μ optimizer steps over micro-batches of the kept rows -----
         train_started = time.perf_counter()
         update_metrics: dict[str, float] = {}
         if keep_B.any():  # the whole step's decision: the same in every process
-            local_keep_B = keep_B[rows].to(rollout.completion_ids_BT.device)
+            local_keep_B = keep_B[update_rows].to(rollout.completion_ids_BT.device)
             batch = TrainBatch(
                 prompt_ids_BP=rollout.prompt_ids_BP[local_keep_B],
                 prompt_mask_BP=rollout.prompt_mask_BP[local_keep_B],
                 completion_ids_BT=rollout.completion_ids_BT[local_keep_B],
                 completion_mask_BT=rollout.completion_mask_BT[local_keep_B],
-                advantages_B=advantages_B[rows].to(device)[local_keep_B],
+                advantages_B=advantages_B[update_rows].to(device)[local_keep_B],
                 sampler_logp_BT=rollout.sampler_logp_BT[local_keep_B],
             )
             update = policy_update
@@ -369,7 +407,7 @@ def _train(
                     dist,
                     trained,
                     keep_B,
-                    step_rows["length"],
+                    lengths_B,
                     rollout,
                     plan.sequences_per_micro_batch,
                 ),
@@ -392,7 +430,7 @@ def _train(
             "time/step": time.perf_counter() - step_started,
         }
         reward_metrics, update_metrics, times = reduce_step_metrics(
-            dist, scores.metrics, update_metrics, times
+            dist, generation.reward_metrics, update_metrics, times
         )
         metrics = {
             "reward/mean": step_rows["reward"].mean().item(),
@@ -401,6 +439,8 @@ def _train(
             "zero_variance_frac": zero_variance_N.float().mean().item(),
             "skipped_groups": float(skipped_N.sum()),
             "groups_trained": float(keep_B.sum().item() // group_size),
+            "generation_rounds": float(len(rounds)),
+            **signal_metrics,
             "completion_len/mean": lengths_B.mean().item(),
             "completion_len/max": lengths_B.max().item(),
             "truncated_frac": step_rows["truncated"].float().mean().item(),
