@@ -40,6 +40,12 @@ def digit_fraction(prompts, completions, **_):
     return rewards
 
 
+def length_parity(prompts, completions, **_):
+    rewards = [float(len(text) % 2) for text in completions]
+    _dump(completions, rewards)
+    return rewards
+
+
 def fails_on_rank_1(prompts, completions, **_):
     if os.environ.get("RANK") == "1":
         raise ValueError("reward exploded on rank 1")
@@ -286,3 +292,33 @@ def test_inverse_cdf_sampling_follows_the_distribution() -> None:
     assert torch.allclose(frequencies, probs[0], atol=1e-4)
     edge = sample_from_uniform(probs, torch.tensor([1.0 - 2**-24]))
     assert edge.item() == 3  # the last token with probability, never a zero-probability one
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_with_two_processes_trains_as_one(job) -> None:
+    # Length parity in groups of 2: about half the groups have no variance, so steps refill;
+    # 3 prompts × 2 = 6 rows per round, 3 per process, prompt 1's group split between them.
+    overrides = (
+        "--rewards=[{function='dist_rewards:length_parity'}]",
+        "--train.prompts_per_step=3",
+        "--rollout.group_size=2",
+        "--train.sequences_per_micro_batch=2",
+        "--algorithm.dynamic_sampling=true",
+        "--algorithm.max_generation_rounds=3",
+    )
+    _ok(job(1, "one", *overrides))
+    _ok(job(2, "two", *overrides))
+    single = _step_rows(job.tmp_path / "one.rewards", 1)
+    assert _step_rows(job.tmp_path / "two.rewards", 2) == single  # every round, row for row
+    metrics_1, metrics_2 = _metrics(job.tmp_path / "one"), _metrics(job.tmp_path / "two")
+    assert sum(row["generation_rounds"] for row in metrics_1) == len(single) > 2
+    for row_1, row_2 in zip(metrics_1, metrics_2, strict=True):
+        for key, value in row_1.items():
+            if not (key.startswith("time/") or key.endswith("/seconds")):
+                assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    from safetensors.torch import load_file
+
+    weights_1 = load_file(job.tmp_path / "one" / "final" / "model.safetensors")
+    weights_2 = load_file(job.tmp_path / "two" / "final" / "model.safetensors")
+    for name, tensor in weights_1.items():
+        assert torch.allclose(tensor, weights_2[name], atol=WEIGHT_TOLERANCE, rtol=0), name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from grpo.dynamic_sampling import (
@@ -61,12 +62,15 @@ def test_rounds_merge_with_padding() -> None:
     second.rollout.completion_ids_BT = torch.full((2, 1), 7)
     second.rollout.completion_mask_BT = torch.ones(2, 1, dtype=torch.long)
     second.rollout.sampler_logp_BT = torch.full((2, 1), -0.5)
-    first.reward_metrics = {"reward/total/mean": 0.5, "reward/total/seconds": 1.0}
-    second.reward_metrics = {"reward/total/mean": 1.0, "reward/total/seconds": 2.0}
+    first.reward_metrics = {"reward/total/mean": 0.5, "reward/total/std": 0.5, "r/seconds": 1.0}
+    second.reward_metrics = {"reward/total/mean": 1.0, "reward/total/std": 0.0, "r/seconds": 2.0}
     merged = merge_rounds([first, second], pad_token_id=0)
     assert merged.indices == [0, 0]
     assert merged.step_rows["reward"].tolist() == [0, 1, 1, 1]
-    assert merged.reward_metrics == {"reward/total/mean": 0.75, "reward/total/seconds": 3.0}
+    # Rewards 0, 1, 1, 1: mean 0.75, population σ = sqrt(0.75 − 0.5625) = sqrt(3)/4.
+    assert merged.reward_metrics == pytest.approx(
+        {"reward/total/mean": 0.75, "reward/total/std": 3**0.5 / 4, "r/seconds": 3.0}
+    )
     rollout = merged.rollout
     # Prompts stay left-padded: the 2-token prompts get 2 pad columns in front.
     assert rollout.prompt_ids_BP.tolist() == [[0, 0, 1, 1]] * 2 + [[7] * 4] * 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -74,6 +76,11 @@ def test_dynamic_sampling_refills_until_enough_informative_groups(
     assert second["samples/generated_total"] == 64 and second["samples/zero_variance_total"] == 20
     assert second["samples/wasted_frac_total"] == pytest.approx(20 / 64)
     assert "grad_norm" in first
+    # The per-prompt statistics of the run, one line per prompt of the dataset.
+    lines = (tmp_path / "run" / "prompt_stats.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 64 and sum(row["attempts"] for row in rows) == 64
+    assert sum(row["successes"] for row in rows) == 2 * 4 + 7 * 2 + 4 * 2  # right + mixed
 
 
 def test_dynamic_sampling_stops_at_the_round_cap(

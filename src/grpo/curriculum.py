@@ -18,7 +18,9 @@ All state is plain numbers, so it rides in the sampler's ``state_dict`` into che
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -76,6 +78,17 @@ class PromptStats:
         self.successes = [float(x) for x in state["successes"]]
         self.last_step = [int(x) for x in state["last_step"]]
         self.generated, self.zero_variance = int(state["generated"]), int(state["zero_variance"])
+
+
+def write_prompt_stats(path: Path, prompts: list[str], stats: PromptStats) -> None:
+    """One JSON line per prompt: the prompt, attempts, successes, success rate, last step."""
+    with path.open("w") as handle:
+        for prompt, attempts, successes, last_step in zip(
+            prompts, stats.attempts, stats.successes, stats.last_step, strict=True
+        ):
+            rate = successes / attempts if attempts else None
+            row = {"prompt": prompt, "attempts": attempts, "successes": successes}
+            handle.write(json.dumps({**row, "success_rate": rate, "last_step": last_step}) + "\n")
 
 
 def completion_successes(rewards_B: torch.Tensor, accuracy_B: torch.Tensor | None) -> torch.Tensor:

@@ -98,14 +98,23 @@ def process_major(values_B: torch.Tensor, rounds: int, world_size: int) -> torch
 
 def merge_rounds(rounds: list[GenerationRound], pad_token_id: int) -> GenerationRound:
     """All rounds as one: prompts, per-row columns in generation order, this process's
-    rollout rows round after round; reward metrics add up (errors, seconds) or average."""
+    rollout rows round after round; reward metrics add up (errors, seconds), pool (stds)
+    or average."""
     if len(rounds) == 1:
         return rounds[0]
     metrics: dict[str, float] = {}
     for key in rounds[0].reward_metrics:
-        values = [r.reward_metrics.get(key, 0.0) for r in rounds]
-        additive = key.endswith(("/errors", "/seconds"))
-        metrics[key] = sum(values) if additive else sum(values) / len(values)
+        values = [r.reward_metrics[key] for r in rounds]
+        mean_key = key.removesuffix("/std") + "/mean"
+        if key.endswith(("/errors", "/seconds")):
+            metrics[key] = sum(values)
+        elif key.endswith("/std") and mean_key in rounds[0].reward_metrics:
+            # Pooled over equal-sized rounds: σ² = mean_r(σ_r² + μ_r²) − μ².
+            means = [r.reward_metrics[mean_key] for r in rounds]
+            second = sum(s * s + m * m for s, m in zip(values, means, strict=True)) / len(rounds)
+            metrics[key] = max(second - (sum(means) / len(rounds)) ** 2, 0.0) ** 0.5
+        else:
+            metrics[key] = sum(values) / len(values)
     return GenerationRound(
         indices=[index for r in rounds for index in r.indices],
         rollout=concat_rollouts([r.rollout for r in rounds], pad_token_id),

@@ -2,7 +2,10 @@
 
 Per step: 1 sample prompts → 2 roll out G completions each → 3 score them → 4 group
 advantages, dropping zero-variance groups → 5 policy update (reference log-probs, μ inner
-iterations over micro-batches, AdamW) → 6 metrics → 7 checkpoint.
+iterations over micro-batches, AdamW) → 6 metrics → 7 checkpoint. With dynamic sampling
+1–3 repeat until enough groups have reward variance (``grpo.dynamic_sampling``); the
+sampler draws by the curriculum when enabled and keeps per-prompt statistics
+(``grpo.curriculum``).
 
 Under torchrun (see ``grpo.distributed``) every process samples the same prompts and takes
 a contiguous block of the step's rows through 2, 3 and 5; after 3 the per-row results are
@@ -29,7 +32,7 @@ from grpo.advantages import group_advantages, zero_variance_groups
 from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
 from grpo.config import BatchPlan, Config, ConfigError, batch_plan, config_to_dict
 from grpo.critic import load_critic, ppo_update
-from grpo.curriculum import record_step
+from grpo.curriculum import record_step, write_prompt_stats
 from grpo.data import PromptSampler, load_dataset_for
 from grpo.distributed import (
     Dist,
@@ -239,6 +242,7 @@ def _train(
     if start_step > 0:
         engine.sync_weights(policy)  # an external engine starts from the base weights
     group_size, prompts_per_step = plan.group_size, plan.prompts_per_step
+    max_rounds = algo.max_generation_rounds if algo.dynamic_sampling else 1
     rows = dist.rows(plan.sequences_per_step)  # this process's block of the step's rows
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     reference_kind = (
@@ -291,12 +295,7 @@ def _train(
         rounds: list[GenerationRound] = []
         rollout_seconds = reward_seconds = 0.0
         # 1–3 run once, or with algorithm.dynamic_sampling until enough groups have signal.
-        while not rounds or (
-            algo.dynamic_sampling
-            and needs_another_round(
-                rounds, group_size, prompts_per_step, algo.max_generation_rounds
-            )
-        ):
+        while not rounds or needs_another_round(rounds, group_size, prompts_per_step, max_rounds):
             round_started = time.perf_counter()
             # --- 1. Sample prompts (the same in every process) ---------------------------
             indices = sampler.next_indices(prompts_per_step)
@@ -472,6 +471,7 @@ def _train(
     final_dir = run_dir / "final"
     final_state = full_model_state(trained, dist)
     if dist.is_main:
+        write_prompt_stats(run_dir / "prompt_stats.jsonl", dataset.prompts, sampler.stats)
         save_model(policy, tokenizer, final_dir, merge_lora=True, state_dict=final_state)
         if uses_lora:
             policy.save_pretrained(str(run_dir / "final_adapter"))
