@@ -170,3 +170,25 @@ def test_advantage_variants_train(tiny_model_dir, arithmetic_jsonl, tmp_path, sc
     history = train(config, reward_functions=rewards, verbose=False).history
     assert all(row["groups_trained"] == 2 for row in history)
     assert all(torch.isfinite(torch.tensor(row["loss"])) for row in history)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("algorithm.dynamic_sampling=true", "algorithm.estimator='ppo'"),
+            "algorithm.dynamic_sampling needs algorithm.estimator = 'grpo'",
+        ),
+        (("algorithm.max_generation_rounds=0",), "algorithm.max_generation_rounds must be ≥ 1"),
+        (("curriculum.strength=-1.0",), "curriculum.strength must be ≥ 0"),
+        (("curriculum.prior_failures=0.0",), "curriculum.prior_failures must be > 0"),
+        (("curriculum.enable=true",), "unknown config key 'curriculum.enable'"),
+    ],
+)
+def test_bad_learning_signal_config_names_the_key(
+    tiny_model_dir, arithmetic_jsonl, tmp_path, overrides, message
+) -> None:
+    from grpo.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *overrides)
