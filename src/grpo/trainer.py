@@ -26,7 +26,14 @@ import torch
 from torch import nn
 
 from grpo.advantages import group_advantages, zero_variance_groups
-from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
+from grpo.checkpoint import (
+    checkpoints_dir,
+    latest_checkpoint,
+    resume_point,
+    resume_run,
+    save_checkpoint,
+    save_model,
+)
 from grpo.config import BatchPlan, Config, ConfigError, batch_plan, config_to_dict
 from grpo.critic import load_critic, ppo_update
 from grpo.data import PromptSampler, load_dataset_for
@@ -35,7 +42,6 @@ from grpo.distributed import (
     full_model_state,
     full_optimizer_state,
     init_distributed,
-    load_optimizer_state,
     reduce_step_metrics,
     shard_fsdp,
     update_shard,
@@ -43,6 +49,7 @@ from grpo.distributed import (
     wrap_for_training,
 )
 from grpo.evaluate import held_out_evaluator
+from grpo.faults import GracefulStop, NonFiniteGuard
 from grpo.metrics import MetricsLog, console_line
 from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer
 from grpo.rewards.runner import (
@@ -62,6 +69,7 @@ class TrainResult:
     history: list[dict[str, float]]
     model: nn.Module
     tokenizer: Any
+    stopped_by: str | None = None  # "SIGTERM"/"SIGINT": stopped early, after a checkpoint
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
@@ -131,7 +139,8 @@ def train(
             raise ConfigError(str(error)) from None
     dist, device = init_distributed(config.distributed, config.model.device)
     try:
-        return _train(config, plan, dist, device, reward_functions, verbose)
+        with GracefulStop(announce=verbose and dist.is_main) as stop:
+            return _train(config, plan, dist, device, reward_functions, verbose, stop)
     finally:
         dist.close()
 
@@ -143,21 +152,22 @@ def _train(
     device: torch.device,
     reward_functions: list[RewardFunction] | None,
     verbose: bool,
+    stop: GracefulStop,
 ) -> TrainResult:
     # --- 0. Set-up: seeds, run directory, models, data, rewards, optimizer ---------------
     train_cfg, algo, rollout_cfg = config.train, config.algorithm, config.rollout
     random.seed(train_cfg.seed)
     torch.manual_seed(train_cfg.seed)
     run_dir = Path(train_cfg.run_dir)
-    checkpoint_dir = run_dir / "checkpoint"
-    resuming = train_cfg.resume and (checkpoint_dir / "trainer_state.pt").exists()
+    checkpoint_dir = resume_point(run_dir, train_cfg.resume)  # None: start from step 0
+    resuming = checkpoint_dir is not None
 
     def say(message: str) -> None:
         if verbose and dist.is_main:
             print(message, flush=True)
 
     if train_cfg.resume and not resuming:
-        say(f"train.resume: no checkpoint in {checkpoint_dir}; starting from step 0")
+        say(f"train.resume: no checkpoint in {checkpoints_dir(run_dir)}; starting from step 0")
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
@@ -185,6 +195,8 @@ def _train(
         else resolve_reward_functions(config.rewards)
     )
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
+    if dataset.skipped:
+        say(f"grpo: {dataset.describe_skipped()}")
     sampler = PromptSampler(len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle)
     evaluate = held_out_evaluator(
         config, tokenizer, rewards, all_done=dist.all_done if dist.fsdp else None
@@ -211,20 +223,14 @@ def _train(
     )
     # The same seed in every process: the sampling noise is drawn for the whole step.
     generator = torch.Generator(device=device).manual_seed(train_cfg.seed)
-    start_step = 0
-    if resuming:
-        state = load_trainer_state(checkpoint_dir)
-        load_optimizer_state(trained, optimizer, state["optimizer"], dist)
-        scheduler.load_state_dict(state["scheduler"])
-        sampler.load_state_dict(state["sampler"])
-        restore_rng(state, generator)
-        start_step = state["step"]
-        say(f"resumed from {checkpoint_dir} at step {start_step}")
-        if start_step >= train_cfg.steps:
-            say(
-                f"nothing to train: the checkpoint is at step {start_step} of "
-                f"train.steps = {train_cfg.steps}"
-            )
+    start_step = resume_run(  # 0 without a checkpoint; rewinds what a killed run left
+        checkpoint_dir,
+        run_dir,
+        config_to_dict(config),
+        live=(trained, optimizer, scheduler, sampler, generator),
+        dist=dist,
+        say=say,
+    )
     if start_step > 0:
         engine.sync_weights(policy)  # an external engine starts from the base weights
     group_size, prompts_per_step = plan.group_size, plan.prompts_per_step
@@ -243,7 +249,14 @@ def _train(
         f"({trainable:,} trainable parameters) on {placement}; reference: {reference_kind}"
     )
     say(f"grpo: {plan.describe()}")
-    log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard, enabled=dist.is_main)
+    log = MetricsLog(
+        run_dir,
+        tensorboard=train_cfg.tensorboard,
+        enabled=dist.is_main,
+        purge_step=start_step + 1 if resuming else 0,
+    )
+    guard = NonFiniteGuard(train_cfg.max_consecutive_skips, run_dir)
+    stopped_by = None
     history: list[dict[str, float]] = []
     if evaluate is not None and start_step == 0:
         accuracy = evaluate(policy)
@@ -271,6 +284,8 @@ def _train(
                 scheduler=scheduler,
                 sampler_state=sampler.state_dict(),
                 generator=generator,
+                config=config_to_dict(config),
+                keep=train_cfg.keep_checkpoints,
                 model_state=model_state,
                 optimizer_state=optimizer_state,
             )
@@ -422,20 +437,35 @@ def _train(
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 progress.write(console_line(step, train_cfg.steps, metrics))
 
-        # --- 7. Checkpoint (rank 0 writes) ---------------------------------------------------
-        if train_cfg.save_every and step % train_cfg.save_every == 0 and step < train_cfg.steps:
+        # --- 7. Checkpoint (rank 0 writes); stop on K non-finite updates or a signal ------
+        if warning := guard.record(step, metrics, updates=algo.inner_iterations * keep_B.any()):
+            say(warning)
+        signalled = stop.agreed(dist) and step < train_cfg.steps  # the same on every process
+        due = train_cfg.save_every and step % train_cfg.save_every == 0 and step < train_cfg.steps
+        if (due or signalled) and guard.healthy:  # never over the last good checkpoint
             checkpoint(step)
+        if signalled:
+            stopped_by = stop.received or "a signal to another process"
+            break
 
     if progress is not None:
         progress.close()
     log.close()
+    if stopped_by is not None:
+        dist.barrier()
+        last = latest_checkpoint(run_dir)
+        say(
+            f"grpo: stopped by {stopped_by} after step {step} of {train_cfg.steps}; "
+            f"checkpoint: {last}; continue with `grpo train CONFIG --resume`"
+        )
+        return TrainResult(run_dir, last or run_dir, history, policy, tokenizer, stopped_by)
     final_dir = run_dir / "final"
     final_state = full_model_state(trained, dist)
     if dist.is_main:
         save_model(policy, tokenizer, final_dir, merge_lora=True, state_dict=final_state)
         if uses_lora:
             policy.save_pretrained(str(run_dir / "final_adapter"))
-    if train_cfg.save_every:
+    if train_cfg.save_every and start_step < train_cfg.steps and guard.healthy:
         checkpoint(train_cfg.steps)
     dist.barrier()  # everything is written when any process returns
     say(
