@@ -245,3 +245,27 @@ def test_resume_past_train_steps_and_a_fresh_start_over_checkpoints_are_errors(r
         train(config("straight", "train.resume=true", "train.steps=3"), verbose=False)
     with pytest.raises(CheckpointError, match=r"already holds checkpoints .*--resume"):
         train(config("straight"), verbose=False)
+
+
+@pytest.mark.slow
+def test_kill_test_survives_sigkills_mid_step_and_mid_write(tmp_path) -> None:
+    """benchmarks/kill_test.py, shortened: 3 SIGKILLs (one random, two inside checkpoint
+    writes), each resumed; the final weights and metrics equal an uninterrupted run's."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parents[1] / "benchmarks" / "kill_test.py"
+    summary_path = tmp_path / "summary.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, str(script), "--kills", "3", "--steps", "8"),
+            *("--work-dir", str(tmp_path / "kill_test"), "--json", str(summary_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["kills"] == 3 and summary["resumes"] >= 1
+    assert summary["weights_bitwise_equal"] and summary["metric_lines_equal"]
