@@ -174,12 +174,15 @@ def main() -> int:
         resumes += before > 0
         moment = list(moments)[kills % 3]
         moments[moment] += 1
-        if moment == "start-up":
-            time.sleep(rng.uniform(0.0, first_line))
+        logged = max(before, logged_step(killed))  # lines past the checkpoint are redone
+        if moment == "start-up":  # a random moment before its first new step is logged
+            deadline = time.monotonic() + rng.uniform(0.0, first_line)
+            while time.monotonic() < deadline and logged_step(killed) <= logged:
+                time.sleep(0.01)
             process.send_signal(signal.SIGKILL)
         elif moment == "after 1-3 steps":
-            target = max(before, logged_step(killed)) + rng.randint(1, 3)  # lines past a
-            kill_after_steps(process, killed, target, rng.uniform(0, step_s))  # ckpt: redone
+            target = logged + rng.randint(1, 3)
+            kill_after_steps(process, killed, target, rng.uniform(0, step_s))
         else:
             kill_during_write(process, killed, rng.randint(1, 3), rng)
         process.wait()
