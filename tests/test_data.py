@@ -93,3 +93,48 @@ def test_chat_template_without_one_is_an_error(tmp_path, tokenizer) -> None:
     path = _write(tmp_path / "d.jsonl", [{"prompt": "1+1=", "answer": "2"}])
     with pytest.raises(DataError, match="no chat template"):
         load_prompt_dataset(path, tokenizer, chat_template=True)
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (
+            [{"prompt": "1+1=", "answer": "2"}, {"question": "2+2=", "answer": "4"}],
+            "d.jsonl: row 2: missing the prompt column 'prompt'",
+        ),
+        (
+            [{"prompt": "1+1=", "answer": "2"}, {"prompt": "  ", "answer": "4"}],
+            "d.jsonl: row 2: empty prompt",
+        ),
+    ],
+    ids=["missing-prompt", "empty-prompt"],
+)
+def test_missing_or_empty_prompt_names_file_and_row(tmp_path, tokenizer, rows, message) -> None:
+    with pytest.raises(DataError, match=message) as error:
+        load_prompt_dataset(_write(tmp_path / "d.jsonl", rows), tokenizer)
+    assert "\n" not in str(error.value)
+
+
+def test_bad_rows_are_skipped_and_counted_when_configured(tmp_path, tokenizer) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(
+        '{"prompt": "1+1=", "answer": "2"}\n'
+        '{"prompt": "", "answer": "0"}\n'  # row 2: empty
+        "{broken\n"  # row 3: not JSON
+        '{"prompt": "123456789+1=", "answer": "x"}\n'  # row 4: 12 tokens > 8
+        '{"prompt": "2+2="}\n'  # row 5: no answer column
+        "\n"
+        '{"prompt": "3+3=", "answer": "6"}\n'  # row 7
+    )
+    dataset = load_prompt_dataset(path, tokenizer, max_prompt_tokens=8, skip_bad_rows=True)
+    assert dataset.prompts == ["1+1=", "3+3="] and dataset.columns["answer"] == ["2", "6"]
+    assert dataset.skipped == {
+        "empty prompt": [2],
+        "not a JSON object": [3],
+        "over data.max_prompt_tokens = 8": [4],
+        "missing column(s) ['answer']": [5],
+    }
+    assert dataset.describe_skipped() == (
+        f"{path}: 4 row(s) skipped: 1 not a JSON object (row 3); 1 empty prompt (row 2); "
+        "1 over data.max_prompt_tokens = 8 (row 4); 1 missing column(s) ['answer'] (row 5)"
+    )

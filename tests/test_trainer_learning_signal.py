@@ -124,7 +124,7 @@ def test_uniform_sampling_reports_wasted_samples(
 def test_curriculum_run_saves_and_resumes_its_statistics(
     tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:
-    from grpo.checkpoint import load_trainer_state
+    from grpo.checkpoint import latest_checkpoint, load_checkpoint
     from grpo.trainer import train
 
     rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
@@ -134,7 +134,7 @@ def test_curriculum_run_saves_and_resumes_its_statistics(
         reward_functions=rewards,
         verbose=False,
     )
-    state = load_trainer_state(tmp_path / "run" / "checkpoint")["sampler"]
+    state = load_checkpoint(latest_checkpoint(tmp_path / "run"))["tensors"]["sampler"]
     stats = state["stats"]
     assert sum(stats["attempts"]) == 32 and stats["generated"] == 32
     assert sum(stats["successes"]) == 2 * (2 + 4 + 0 + 2)  # per step: 2 mixed, 1 right

@@ -99,3 +99,45 @@ def test_completion_logprobs_match_a_full_softmax(tiny_model_dir) -> None:
     expected = torch.log_softmax(logits, -1).gather(-1, batch.completion_ids_BT[..., None])[..., 0]
     assert torch.allclose(logp, expected, atol=1e-5)
     assert entropy.shape == logp.shape and (entropy >= 0).all()
+
+
+@pytest.mark.parametrize("poison", [float("inf"), float("nan")])
+def test_a_non_finite_update_is_skipped_and_changes_nothing(tiny_model_dir, poison) -> None:
+    """A real parameter set to inf/nan makes the loss and gradient non-finite: the update
+    is skipped (no optimizer step), counted, and the weights and AdamW moments stay put."""
+    import math
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    batch = _batch(model.config.vocab_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+
+    def update() -> dict:
+        return policy_update(
+            model,
+            batch,
+            algorithm=AlgorithmConfig(beta=0.0),
+            temperature=1.0,
+            max_completion_length=5,
+            sequences_per_micro_batch=3,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            max_grad_norm=1.0,
+        )
+
+    assert update()["skipped_updates"] == 0.0  # a good update first: AdamW has moments
+    with torch.no_grad():
+        model.model.norm.weight[0] = poison
+    weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+    moments = copy.deepcopy(optimizer.state_dict()["state"])
+    metrics = update()
+    assert metrics["skipped_updates"] == 1.0 and not math.isfinite(metrics["grad_norm"])
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter, weights[name], rtol=0, atol=0, equal_nan=True)
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, moments[index][key]), (index, key)
+    assert all(p.grad is None for p in model.parameters())  # nothing carried to the next
+    assert scheduler.last_epoch == 2  # the LR schedule stays on the step clock

@@ -1,19 +1,48 @@
 """Checkpoints: weights via ``save_pretrained`` (safetensors) plus the state needed to resume.
 
-RUN_DIR/checkpoint/ holds the policy (or its LoRA adapter), the tokenizer and
-``trainer_state.pt`` (optimizer, scheduler, RNG streams, data cursor, step). It is written
-to a temporary folder and renamed, so a crash mid-save never leaves a torn checkpoint.
+Layout::
+
+    RUN_DIR/checkpoints/
+      step-12/                   one complete checkpoint (the last train.keep_checkpoints kept)
+        model.safetensors …      the policy (or its LoRA adapter) and the tokenizer
+        trainer_state.pt         optimizer, LR scheduler, torch RNG, rollout generator,
+                                 prompt-sampler state (torch.save; loaded weights_only=True)
+        trainer_state.json       step, python/numpy RNG, the file manifest (written last)
+        run_config.json          the resolved config of the run that wrote it
+      latest                     "step-12": the newest complete checkpoint (replaced last)
+
+A checkpoint is written into ``.tmp-step-K``, every file fsynced, then renamed to
+``step-K`` in one atomic ``rename``; ``latest`` is replaced atomically after that and old
+checkpoints are removed only then (renamed to ``.trash-…`` first, so a half-deleted one
+never carries a ``step-K`` name). A process killed at any moment leaves ``latest`` naming
+a complete checkpoint. Nothing is read back with unrestricted pickle: safetensors, JSON,
+and ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+FORMAT_VERSION = 1
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+TENSOR_STATE = "trainer_state.pt"
+PLAIN_STATE = "trainer_state.json"  # written last: its presence marks a complete folder
+RUN_CONFIG = "run_config.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message names the folder and the reason."""
 
 
 def save_model(
@@ -57,8 +86,6 @@ def _without_tied_aliases(
 
 def _fix_fsdp_architecture(model: nn.Module, directory: Path) -> None:
     """FSDP2 swaps the model's class for FSDP<Name>; config.json must name <Name>."""
-    import json
-
     cls = type(model)
     if not cls.__name__.startswith("FSDP"):
         return
@@ -71,6 +98,69 @@ def _fix_fsdp_architecture(model: nn.Module, directory: Path) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+# --- RNG streams -------------------------------------------------------------------------
+
+
+def rng_state(generator: torch.Generator) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(plain, tensors): python and numpy streams as JSON, torch's as tensors."""
+    version, words, gauss = random.getstate()
+    plain: dict[str, Any] = {"python": [version, list(words), gauss]}
+    numpy = _numpy()
+    if numpy is not None:
+        name, keys, position, has_gauss, cached = numpy.random.get_state()
+        plain["numpy"] = [name, keys.tolist(), int(position), int(has_gauss), float(cached)]
+    tensors = {"torch": torch.get_rng_state(), "rollout_generator": generator.get_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["cuda"] = torch.cuda.get_rng_state_all()
+    return plain, tensors
+
+
+def restore_rng(plain: dict[str, Any], tensors: dict[str, Any], generator: torch.Generator) -> None:
+    version, words, gauss = plain["python"]
+    random.setstate((version, tuple(words), gauss))
+    numpy = _numpy()
+    if numpy is not None and "numpy" in plain:
+        name, keys, position, has_gauss, cached = plain["numpy"]
+        numpy.random.set_state(
+            (name, numpy.array(keys, dtype=numpy.uint32), position, has_gauss, cached)
+        )
+    torch.set_rng_state(tensors["torch"])
+    generator.set_state(tensors["rollout_generator"])
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(tensors["cuda"])
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:  # numpy is not a dependency; its stream is saved when it is there
+        return None
+    return numpy
+
+
+def portable_state(value: Any, where: str = "sampler_state") -> Any:
+    """``value`` as what ``torch.load(weights_only=True)`` reads back: nested dicts, lists
+    and tuples of str/int/float/bool/None and tensors. numpy arrays and scalars become
+    lists and Python numbers; anything else is a TypeError naming where it sits."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # np.float64 is a float
+        return value.tolist()
+    if value is None or isinstance(value, (str, int, float, bool, torch.Tensor)):
+        return value
+    if isinstance(value, dict):
+        return {key: portable_state(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [portable_state(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    raise TypeError(f"{where}: a {type(value).__name__} cannot be saved in a checkpoint")
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
 def save_checkpoint(
     run_dir: Path,
     *,
@@ -79,39 +169,249 @@ def save_checkpoint(
     tokenizer: Any,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    sampler_state: dict[str, int],
+    sampler_state: dict[str, Any],
     generator: torch.Generator,
+    config: dict[str, Any],
+    keep: int = 2,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write RUN_DIR/checkpoint atomically. ``model_state``/``optimizer_state`` replace the
-    model's and optimizer's own state dicts (the gathered full ones under FSDP)."""
-    final = run_dir / "checkpoint"
-    staging = run_dir / "checkpoint.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
+    """Write RUN_DIR/checkpoints/step-``step`` atomically, point ``latest`` at it, keep
+    the newest ``keep``. ``model_state``/``optimizer_state`` replace the model's and
+    optimizer's own state dicts (the gathered full ones under FSDP)."""
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step}"
+    staging, final = root / f".tmp-{name}", root / name
+    _remove(staging)
     save_model(model, tokenizer, staging, state_dict=model_state)
+    plain_rng, tensor_rng = rng_state(generator)
     torch.save(
         {
-            "step": step,
             "optimizer": optimizer.state_dict() if optimizer_state is None else optimizer_state,
             "scheduler": scheduler.state_dict(),
-            "sampler": sampler_state,
-            "rollout_generator": generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
+            "sampler": portable_state(sampler_state),
+            "rng": tensor_rng,
         },
-        staging / "trainer_state.pt",
+        staging / TENSOR_STATE,
     )
-    shutil.rmtree(final, ignore_errors=True)
+    (staging / RUN_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    manifest = {p.name: p.stat().st_size for p in sorted(staging.iterdir()) if p.is_file()}
+    plain = {"format": FORMAT_VERSION, "step": step, "rng": plain_rng, "files": manifest}
+    (staging / PLAIN_STATE).write_text(json.dumps(plain) + "\n")
+    for path in staging.iterdir():
+        _fsync(path)
+    _fsync(staging)
+    if final.exists():  # left by a run killed before it moved `latest` past it: redone now
+        _remove(final)
     staging.rename(final)
+    _fsync(root)
+    _write_atomically(root / LATEST, name + "\n")
+    for old in list_checkpoints(run_dir)[:-keep]:
+        _remove(old)
     return final
 
 
-def load_trainer_state(checkpoint_dir: Path) -> dict[str, Any]:
-    return torch.load(checkpoint_dir / "trainer_state.pt", weights_only=False)
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".tmp-{path.name}")
+    with temporary.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    _fsync(path.parent)
 
 
-def restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
-    generator.set_state(state["rollout_generator"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a folder's entries') data to disk: an atomic rename of unflushed
+    files could leave empty files after a power cut."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _remove(path: Path) -> None:
+    """Rename out of the way first, so a kill mid-delete leaves no torn ``step-K``."""
+    if not path.exists():
+        return
+    trash = path.with_name(f".trash-{path.name.removeprefix('.tmp-')}")
+    shutil.rmtree(trash, ignore_errors=True)
+    path.rename(trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+# --- finding and reading -----------------------------------------------------------------
+
+
+def _step_of(path: Path) -> int | None:
+    number = path.name.removeprefix("step-")
+    return int(number) if path.name.startswith("step-") and number.isdigit() else None
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders, oldest first."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _step_of(p) is not None and (p / PLAIN_STATE).exists()]
+    return sorted(found, key=lambda p: _step_of(p) or 0)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The folder ``latest`` names; without a usable pointer, the newest complete folder."""
+    root = checkpoints_dir(run_dir)
+    with contextlib.suppress(FileNotFoundError):
+        named = root / (root / LATEST).read_text().strip()
+        if _step_of(named) is not None and (named / PLAIN_STATE).exists():
+            return named
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def clean_leftovers(run_dir: Path, resumed_step: int) -> None:
+    """Remove the staging and trash folders a killed run leaves behind, and any checkpoint
+    newer than the one resumed from (written just before a kill, ``latest`` not yet moved)."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return
+    for path in root.iterdir():
+        if path.name.startswith((".tmp-", ".trash-")):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        elif (_step_of(path) or 0) > resumed_step:
+            _remove(path)
+
+
+def resume_point(run_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint to resume from: ``latest`` with ``resume``, else None. Starting
+    afresh over a run's checkpoints is an error: they would be mixed with the new run's."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None or resume:
+        return latest
+    raise CheckpointError(
+        f"train.run_dir {run_dir} already holds checkpoints (latest: {latest.name}): "
+        "continue it with `grpo train CONFIG --resume` (train.resume = true), "
+        "or choose another train.run_dir"
+    )
+
+
+def load_checkpoint(directory: Path) -> dict[str, Any]:
+    """{"step", "rng" (plain), "tensors": {optimizer, scheduler, sampler, rng}} of a folder."""
+    try:
+        plain = json.loads((directory / PLAIN_STATE).read_text())
+        tensors = torch.load(directory / TENSOR_STATE, map_location="cpu", weights_only=True)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"{directory}: unreadable checkpoint ({error})") from None
+    if plain.get("format") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{directory}: checkpoint format {plain.get('format')!r}, "
+            f"this version reads {FORMAT_VERSION}"
+        )
+    return {**plain, "tensors": tensors}
+
+
+def verify_checkpoint(directory: Path) -> int:
+    """Read every part of a checkpoint back (sizes against the manifest, each safetensors
+    file's tensors, the trainer state); its step, or a CheckpointError naming the part."""
+    from safetensors import safe_open
+
+    state = load_checkpoint(directory)
+    for name, size in state["files"].items():
+        path = directory / name
+        if not path.is_file() or path.stat().st_size != size:
+            raise CheckpointError(f"{directory}: {name} is missing or not {size} bytes")
+        if name.endswith(".safetensors"):
+            try:
+                with safe_open(str(path), framework="pt") as weights:
+                    for key in weights.keys():  # noqa: SIM118 (safe_open is not a dict)
+                        weights.get_tensor(key)
+            except Exception as error:  # safetensors raises its own error types
+                raise CheckpointError(f"{path}: unreadable weights ({error})") from None
+    return int(state["step"])
+
+
+def rewind_metrics(run_dir: Path, step: int) -> None:
+    """Keep metrics.jsonl's lines up to ``step``: a run killed after logging a step but
+    before checkpointing it logs that step again when resumed. A torn last line goes too."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            if json.loads(line)["step"] <= step:
+                kept.append(line + "\n")
+    _write_atomically(path, "".join(kept))
+
+
+def config_changes(directory: Path, config: dict[str, Any]) -> list[str]:
+    """'section.key: old → new' for each value that differs from the checkpoint's run."""
+    path = directory / RUN_CONFIG
+    if not path.exists():
+        return []
+    old, new = _flatten(json.loads(path.read_text())), _flatten(config)
+    ignored = {"train.resume", "train.steps"}
+    keys = sorted((set(old) | set(new)) - ignored)
+    return [f"{k}: {old.get(k)!r} → {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and prefix.count(".") < 1:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def resume_run(
+    checkpoint_dir: Path | None,
+    run_dir: Path,
+    config: dict[str, Any],
+    *,
+    live: tuple[nn.Module, torch.optim.Optimizer, Any, Any, torch.Generator],
+    dist: Any,
+    say: Callable[[str], None],
+) -> int:
+    """Load ``checkpoint_dir`` (None: a fresh start) into the live (trained model,
+    optimizer, scheduler, prompt sampler, rollout generator); return its step.
+
+    Rank 0 then drops what a killed run left past that step: staging folders, newer
+    checkpoints, metrics lines. A checkpoint past ``train.steps`` is an error; one at it
+    says there is nothing to train.
+    """
+    from grpo.config import ConfigError
+    from grpo.distributed import load_optimizer_state
+
+    step = 0
+    if checkpoint_dir is not None:
+        trained, optimizer, scheduler, sampler, generator = live
+        state = load_checkpoint(checkpoint_dir)
+        tensors = state["tensors"]
+        load_optimizer_state(trained, optimizer, tensors["optimizer"], dist)
+        scheduler.load_state_dict(tensors["scheduler"])
+        sampler.load_state_dict(tensors["sampler"])
+        restore_rng(state["rng"], tensors["rng"], generator)
+        step, steps = int(state["step"]), config["train"]["steps"]
+        say(f"grpo: resumed from {checkpoint_dir} at step {step} of {steps}")
+        for change in config_changes(checkpoint_dir, config):
+            say(f"grpo: note: the config differs from the checkpoint's run: {change}")
+        if step > steps:
+            raise ConfigError(
+                f"train.steps = {steps} but {checkpoint_dir} is at step {step}: "
+                "raise train.steps to continue the run"
+            )
+        if step == steps:
+            say(
+                f"grpo: nothing to train: the run is complete at train.steps = {steps} "
+                "(raise train.steps to train further)"
+            )
+    if dist.is_main:
+        clean_leftovers(run_dir, step)
+        rewind_metrics(run_dir, step if checkpoint_dir is not None else -1)
+    return step

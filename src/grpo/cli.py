@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -25,9 +26,15 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.resume:
+        overrides = [*overrides, "--train.resume=true"]
     config = load_config(args.config, overrides)
     _quiet_transformers()
-    train(config)
+    result = train(config)
+    if result.stopped_by is not None:  # a SIGTERM/SIGINT: checkpointed, exit 0
+        kept = [o for o in overrides if "train.resume" not in o]
+        again = shlex.join(["grpo", "train", args.config, *kept, "--resume"])
+        print(f"grpo: stopped by {result.stopped_by}; resume with: {again}")
     return 0
 
 
@@ -88,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train from a TOML config; override keys with --section.key=value"
     )
     train.add_argument("config", help="path to the TOML config")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from RUN_DIR/checkpoints/latest (train.resume = true)",
+    )
     train.set_defaults(handler=cmd_train)
 
     demo = commands.add_parser(
@@ -124,13 +136,26 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in ("train", "demo"):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
+    from grpo.checkpoint import CheckpointError
     from grpo.config import ConfigError
     from grpo.data import DataError
+    from grpo.faults import TrainingStopped
+    from grpo.models import ModelError
     from grpo.rewards.runner import RewardError
 
     try:
         return args.handler(args, extra)
-    except (ConfigError, DataError, RewardError, FileNotFoundError) as error:
+    except TrainingStopped as error:
+        print(f"grpo {args.command}: {error}", file=sys.stderr)
+        return 1
+    except (
+        ConfigError,
+        DataError,
+        RewardError,
+        ModelError,
+        CheckpointError,
+        FileNotFoundError,
+    ) as error:
         print(f"grpo {args.command}: error: {error}", file=sys.stderr)
         return 2
 

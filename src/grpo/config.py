@@ -41,6 +41,7 @@ class DataConfig:
     prompt_column: str = "prompt"
     max_prompt_tokens: int = 512
     truncate_long_prompts: bool = False  # False: a longer prompt is an error naming its row
+    skip_bad_rows: bool = False  # skip (and count) bad rows instead of stopping at the first
     chat_template: bool = False  # wrap each prompt as a user turn with the tokenizer's template
     system_prompt: str = ""
     shuffle: bool = True
@@ -137,7 +138,9 @@ class TrainConfig:
     seed: int = 0
     run_dir: str = "runs/grpo"
     save_every: int = 0  # 0 = only the final save
-    resume: bool = False  # continue from RUN_DIR/checkpoint when present
+    keep_checkpoints: int = 2  # the newest K of RUN_DIR/checkpoints/step-* are kept
+    resume: bool = False  # continue from RUN_DIR/checkpoints/latest when present
+    max_consecutive_skips: int = 3  # non-finite updates in a row (each skipped) before stopping
     log_every: int = 1
     tensorboard: bool = True  # also write TensorBoard events when tensorboard is installed
     progress: bool = True
@@ -305,7 +308,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key} must be an integer, got {value!r}")
         return value
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             raise ConfigError(f"{key} must be a number, got {value!r}")
         return float(value)
     if hint is str:
@@ -323,7 +326,10 @@ def validate(config: Config) -> None:
         (config.data.max_prompt_tokens >= 1, "data.max_prompt_tokens must be ≥ 1"),
         (
             config.rollout.group_size >= 2 or config.algorithm.estimator == "ppo",
-            "rollout.group_size must be ≥ 2 (the group is the baseline)",
+            f"rollout.group_size = {config.rollout.group_size} with algorithm.advantage_scale = "
+            f"{config.algorithm.advantage_scale!r}: the group mean is the baseline, so a group "
+            "of one has advantage 0 whatever its reward; rollout.group_size must be ≥ 2 "
+            "(or algorithm.estimator = 'ppo')",
         ),
         (config.rollout.group_size >= 1, "rollout.group_size must be ≥ 1"),
         (0 <= config.ppo.gamma <= 1, "ppo.gamma must be in [0, 1]"),
@@ -372,6 +378,8 @@ def validate(config: Config) -> None:
         ),
         (config.train.log_every >= 1, "train.log_every must be ≥ 1"),
         (config.train.save_every >= 0, "train.save_every must be ≥ 0"),
+        (config.train.keep_checkpoints >= 1, "train.keep_checkpoints must be ≥ 1"),
+        (config.train.max_consecutive_skips >= 1, "train.max_consecutive_skips must be ≥ 1"),
         (config.eval.every >= 0, "eval.every must be ≥ 0"),
         (config.eval.max_new_tokens >= 0, "eval.max_new_tokens must be ≥ 0"),
         (

@@ -26,20 +26,41 @@ class PromptDataset:
     """Rows of a prompt dataset with their prompts already tokenized.
 
     ``columns[name][i]`` is row i's value of a task column (passed to reward functions).
+    ``skipped[reason]`` lists the file rows left out by ``data.skip_bad_rows``.
     """
 
     source: str
     prompts: list[str]  # the formatted prompt text (after any chat template)
     prompt_token_ids: list[list[int]]
     columns: dict[str, list[Any]]
+    skipped: dict[str, list[int]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.prompts)
 
+    def describe_skipped(self) -> str:
+        """'3 rows skipped: 2 over max_prompt_tokens (rows 4, 9), …' or ''."""
+        if not self.skipped:
+            return ""
+        total = sum(len(rows) for rows in self.skipped.values())
+        parts = [
+            f"{len(rows)} {reason} (row{'s' if len(rows) > 1 else ''} "
+            f"{', '.join(map(str, rows[:5]))}{', …' if len(rows) > 5 else ''})"
+            for reason, rows in self.skipped.items()
+        ]
+        return f"{self.source}: {total} row(s) skipped: " + "; ".join(parts)
+
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """JSONL rows; other formats (parquet, a `datasets.save_to_disk` folder) via `datasets`."""
-    path = Path(path)
+    return [row for _, row in _numbered_rows(Path(path), None)]
+
+
+def _numbered_rows(
+    path: Path, bad: dict[str, list[int]] | None
+) -> list[tuple[int, dict[str, Any]]]:
+    """(row number, row): the line number in a JSONL file. With ``bad``, a line that is
+    not a JSON object is recorded there instead of being an error."""
     if not path.exists():
         raise DataError(f"dataset not found: {path}")
     if path.suffix in {".jsonl", ".json"}:
@@ -51,18 +72,26 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as error:
-                    raise DataError(f"{path}: row {line_number}: invalid JSON ({error})") from None
+                    problem = f"invalid JSON ({error})"
+                    row = None
+                else:
+                    problem = "expected a JSON object"
                 if not isinstance(row, dict):
-                    raise DataError(f"{path}: row {line_number}: expected a JSON object")
-                rows.append(row)
+                    if bad is None:
+                        raise DataError(f"{path}: row {line_number}: {problem}")
+                    bad.setdefault("not a JSON object", []).append(line_number)
+                    continue
+                rows.append((line_number, row))
         return rows
     try:
         import datasets
     except ImportError:
         raise DataError(f"{path}: only .jsonl is readable without the `datasets` extra") from None
     if path.is_dir():
-        return list(datasets.load_from_disk(str(path)))
-    return list(datasets.load_dataset(path.suffix.lstrip("."), data_files=str(path), split="train"))
+        loaded = datasets.load_from_disk(str(path))
+    else:
+        loaded = datasets.load_dataset(path.suffix.lstrip("."), data_files=str(path), split="train")
+    return list(enumerate(loaded, start=1))
 
 
 def format_prompt(text: str, tokenizer: Any, *, chat_template: bool, system_prompt: str) -> str:
@@ -75,6 +104,21 @@ def format_prompt(text: str, tokenizer: Any, *, chat_template: bool, system_prom
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+def _row_problem(row: dict[str, Any], prompt_column: str, columns: list[str]) -> str | None:
+    """Why a row cannot be used (a short reason, the key of ``skipped``), or None."""
+    if prompt_column not in row:
+        return f"missing the prompt column {prompt_column!r}"
+    text = row[prompt_column]
+    if not isinstance(text, str):
+        return f"column {prompt_column!r} not a string"
+    if not text.strip():
+        return "empty prompt"
+    missing = [name for name in columns if name not in row]
+    if missing:
+        return f"missing column(s) {missing}"
+    return None
+
+
 def load_prompt_dataset(
     path: str | Path,
     tokenizer: Any,
@@ -84,39 +128,56 @@ def load_prompt_dataset(
     truncate_long_prompts: bool = False,
     chat_template: bool = False,
     system_prompt: str = "",
+    skip_bad_rows: bool = False,
 ) -> PromptDataset:
-    rows = read_rows(path)
+    """Every row checked and tokenized. A bad row (missing the prompt or a column the first
+    row has, an empty prompt, a prompt over ``max_prompt_tokens`` unless truncated) is a
+    :class:`DataError` naming the file and row, or with ``skip_bad_rows`` left out and
+    counted in ``skipped``."""
+    skipped: dict[str, list[int]] = {}
+    rows = _numbered_rows(Path(path), skipped if skip_bad_rows else None)
     if not rows:
         raise DataError(f"{path}: the dataset is empty")
     prompts, token_ids = [], []
-    column_names = [name for name in rows[0] if name != prompt_column]
+    column_names = [name for name in rows[0][1] if name != prompt_column]
     columns: dict[str, list[Any]] = {name: [] for name in column_names}
-    for index, row in enumerate(rows):
-        where = f"{path}: row {index + 1}"
-        text = row.get(prompt_column)
-        if not isinstance(text, str) or not text:
-            raise DataError(f"{where}: column {prompt_column!r} must be a non-empty string")
-        missing = [name for name in column_names if name not in row]
-        if missing:
-            raise DataError(f"{where}: missing column(s) {missing}")
+    long_reason = f"over data.max_prompt_tokens = {max_prompt_tokens}"
+    for row_number, row in rows:
+        where = f"{path}: row {row_number}"
+        problem = _row_problem(row, prompt_column, column_names)
+        if problem is not None:
+            if not skip_bad_rows:
+                raise DataError(f"{where}: {problem} (data.skip_bad_rows = true skips such rows)")
+            skipped.setdefault(problem, []).append(row_number)
+            continue
         prompt = format_prompt(
-            text, tokenizer, chat_template=chat_template, system_prompt=system_prompt
+            row[prompt_column], tokenizer, chat_template=chat_template, system_prompt=system_prompt
         )
         # A chat template already carries any special tokens it wants.
         ids = tokenizer(prompt, add_special_tokens=not chat_template)["input_ids"]
         if len(ids) > max_prompt_tokens:
+            if skip_bad_rows and not truncate_long_prompts:
+                skipped.setdefault(long_reason, []).append(row_number)
+                continue
             if not truncate_long_prompts:
                 raise DataError(
-                    f"{where}: prompt is {len(ids)} tokens, over data.max_prompt_tokens = "
-                    f"{max_prompt_tokens} (set data.truncate_long_prompts = true to keep its end)"
+                    f"{where}: prompt is {len(ids)} tokens, {long_reason} (set "
+                    "data.truncate_long_prompts = true to keep its end, or "
+                    "data.skip_bad_rows = true to skip it)"
                 )
             ids = ids[-max_prompt_tokens:]
         prompts.append(prompt)
         token_ids.append(ids)
         for name in column_names:
             columns[name].append(row[name])
+    if not prompts:
+        raise DataError(f"{path}: no usable row ({sum(map(len, skipped.values()))} skipped)")
     return PromptDataset(
-        source=str(path), prompts=prompts, prompt_token_ids=token_ids, columns=columns
+        source=str(path),
+        prompts=prompts,
+        prompt_token_ids=token_ids,
+        columns=columns,
+        skipped=skipped,
     )
 
 
@@ -130,6 +191,7 @@ def load_dataset_for(path: str | Path, tokenizer: Any, data: Any) -> PromptDatas
         truncate_long_prompts=data.truncate_long_prompts,
         chat_template=data.chat_template,
         system_prompt=data.system_prompt,
+        skip_bad_rows=data.skip_bad_rows,
     )
 
 
@@ -185,6 +247,9 @@ class PromptSampler:
         return torch.randperm(self.size, generator=generator).tolist()
 
     def state_dict(self) -> dict[str, Any]:
+        """The data cursor and per-prompt statistics; a checkpoint saves whatever this
+        returns (nested dicts and lists of numbers, strings and tensors) and hands it back
+        to ``load_state_dict``."""
         return {
             "epoch": self.epoch,
             "position": self.position,

@@ -281,6 +281,7 @@ def update_shard(
         micro_batches=math.ceil(most_kept / sequences_per_micro_batch),
         filler=filler,
         no_sync=no_sync_context(trained, dist),
+        all_agree=dist.all_done,
     )
 
 
@@ -387,6 +388,7 @@ def reduce_step_metrics(
         "ratio_min": "min",
         "ratio_max": "max",
         "grad_norm": "max",
+        "skipped_updates": "max",
         **dict.fromkeys(times, "max"),
     }
     reduced = reduce_metrics(dist, {**reward_metrics, **update_metrics, **times}, rules)

@@ -22,7 +22,16 @@ CONSOLE_KEYS = (
 class MetricsLog:
     """Appends one JSON object per step to RUN_DIR/metrics.jsonl; mirrors to TensorBoard."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        tensorboard: bool = True,
+        enabled: bool = True,
+        purge_step: int | None = None,
+    ) -> None:
+        """``purge_step``: TensorBoard hides the earlier events at this step and later ones
+        (a resumed run logs again the steps after its checkpoint)."""
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
         self._writer = None
@@ -30,7 +39,9 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+                self._writer = SummaryWriter(
+                    log_dir=str(run_dir / "tensorboard"), purge_step=purge_step
+                )
             except ImportError:  # tensorboard is an optional extra
                 self._writer = None
 

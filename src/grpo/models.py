@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ def pick_device(name: str, local_rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
+class ModelError(ValueError):
+    """A model or tokenizer directory that cannot be loaded; the message names the key."""
+
+
 def require_local_directory(path: str, key: str) -> None:
     """Nothing is downloaded: a path that is not a local directory is an error naming its key."""
     if not Path(path).is_dir():
@@ -31,12 +36,22 @@ def require_local_directory(path: str, key: str) -> None:
         )
 
 
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def load_tokenizer(config: ModelConfig) -> Any:
     from transformers import AutoTokenizer
 
     key = "model.tokenizer_path" if config.tokenizer_path else "model.path"
     require_local_directory(config.tokenizer_path or config.path, key)
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.path)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ModelError(
+            f"{key}: no loadable tokenizer in {config.tokenizer_path or config.path} "
+            f"({_first_line(error)})"
+        ) from None
     if tokenizer.pad_token_id is None:
         # Padding positions are always masked out; any id will do, EOS is the usual choice.
         tokenizer.pad_token = tokenizer.eos_token
@@ -50,7 +65,16 @@ def _load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> nn.
     from transformers import AutoModelForCausalLM
 
     require_local_directory(path, "model.path")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype])
+    if not (Path(path) / "config.json").is_file():
+        raise ModelError(f"model.path: {path} has no config.json: not a Hugging Face model folder")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype])
+    except (OSError, ValueError, KeyError) as error:
+        reason = _first_line(error)
+        if "Unrecognized configuration class" in reason:
+            model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+            reason = f"a {model_type!r} model is not a causal LM (AutoModelForCausalLM)"
+        raise ModelError(f"model.path: cannot load {path}: {reason}") from None
     return model.to(device)
 
 

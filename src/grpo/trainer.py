@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import random
 import time
 import warnings
@@ -29,7 +28,14 @@ import torch
 from torch import nn
 
 from grpo.advantages import group_advantages, zero_variance_groups
-from grpo.checkpoint import load_trainer_state, restore_rng, save_checkpoint, save_model
+from grpo.checkpoint import (
+    checkpoints_dir,
+    latest_checkpoint,
+    resume_point,
+    resume_run,
+    save_checkpoint,
+    save_model,
+)
 from grpo.config import BatchPlan, Config, ConfigError, batch_plan, config_to_dict
 from grpo.critic import load_critic, ppo_update
 from grpo.curriculum import record_step, write_prompt_stats
@@ -39,7 +45,6 @@ from grpo.distributed import (
     full_model_state,
     full_optimizer_state,
     init_distributed,
-    load_optimizer_state,
     reduce_step_metrics,
     shard_fsdp,
     update_shard,
@@ -55,8 +60,10 @@ from grpo.dynamic_sampling import (
     process_major,
 )
 from grpo.evaluate import held_out_evaluator
+from grpo.faults import GracefulStop, NonFiniteGuard
 from grpo.metrics import MetricsLog, console_line
 from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer
+from grpo.optim import build_optimizer
 from grpo.rewards.runner import (
     RewardError,
     RewardFunction,
@@ -74,20 +81,7 @@ class TrainResult:
     history: list[dict[str, float]]
     model: nn.Module
     tokenizer: Any
-
-
-def lr_lambda(schedule: str, warmup_steps: int, total_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        if schedule == "linear":
-            return max(0.0, 1.0 - progress)
-        if schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-        return 1.0
-
-    return factor
+    stopped_by: str | None = None  # "SIGTERM"/"SIGINT": stopped early, after a checkpoint
 
 
 def decode_completions(tokenizer: Any, ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> list[str]:
@@ -143,7 +137,8 @@ def train(
             raise ConfigError(str(error)) from None
     dist, device = init_distributed(config.distributed, config.model.device)
     try:
-        return _train(config, plan, dist, device, reward_functions, verbose)
+        with GracefulStop(announce=verbose and dist.is_main) as stop:
+            return _train(config, plan, dist, device, reward_functions, verbose, stop)
     finally:
         dist.close()
 
@@ -155,21 +150,22 @@ def _train(
     device: torch.device,
     reward_functions: list[RewardFunction] | None,
     verbose: bool,
+    stop: GracefulStop,
 ) -> TrainResult:
     # --- 0. Set-up: seeds, run directory, models, data, rewards, optimizer ---------------
     train_cfg, algo, rollout_cfg = config.train, config.algorithm, config.rollout
     random.seed(train_cfg.seed)
     torch.manual_seed(train_cfg.seed)
     run_dir = Path(train_cfg.run_dir)
-    checkpoint_dir = run_dir / "checkpoint"
-    resuming = train_cfg.resume and (checkpoint_dir / "trainer_state.pt").exists()
+    checkpoint_dir = resume_point(run_dir, train_cfg.resume)  # None: start from step 0
+    resuming = checkpoint_dir is not None
 
     def say(message: str) -> None:
         if verbose and dist.is_main:
             print(message, flush=True)
 
     if train_cfg.resume and not resuming:
-        say(f"train.resume: no checkpoint in {checkpoint_dir}; starting from step 0")
+        say(f"train.resume: no checkpoint in {checkpoints_dir(run_dir)}; starting from step 0")
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
@@ -197,23 +193,15 @@ def _train(
         else resolve_reward_functions(config.rewards)
     )
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
+    if dataset.skipped:
+        say(f"grpo: {dataset.describe_skipped()}")
     sampler = PromptSampler(
         len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle, curriculum=config.curriculum
     )
     evaluate = held_out_evaluator(
         config, tokenizer, rewards, all_done=dist.all_done if dist.fsdp else None
     )
-    optim_cfg = config.optim
-    optimizer = torch.optim.AdamW(
-        [p for p in trained.parameters() if p.requires_grad],
-        lr=optim_cfg.lr,
-        betas=(optim_cfg.beta1, optim_cfg.beta2),
-        weight_decay=optim_cfg.weight_decay,
-    )
-    total_optimizer_steps = train_cfg.steps * algo.inner_iterations
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(optim_cfg.schedule, optim_cfg.warmup_steps, total_optimizer_steps)
-    )
+    optimizer, scheduler = build_optimizer(trained, config)
     critic = load_critic(config, device) if algo.estimator == "ppo" else None  # PPO's value model
     engine = _rollout_engine(config, policy, tokenizer, dist)
     sampling = SamplingParams(
@@ -225,20 +213,14 @@ def _train(
     )
     # The same seed in every process: the sampling noise is drawn for the whole step.
     generator = torch.Generator(device=device).manual_seed(train_cfg.seed)
-    start_step = 0
-    if resuming:
-        state = load_trainer_state(checkpoint_dir)
-        load_optimizer_state(trained, optimizer, state["optimizer"], dist)
-        scheduler.load_state_dict(state["scheduler"])
-        sampler.load_state_dict(state["sampler"])
-        restore_rng(state, generator)
-        start_step = state["step"]
-        say(f"resumed from {checkpoint_dir} at step {start_step}")
-        if start_step >= train_cfg.steps:
-            say(
-                f"nothing to train: the checkpoint is at step {start_step} of "
-                f"train.steps = {train_cfg.steps}"
-            )
+    start_step = resume_run(  # 0 without a checkpoint; rewinds what a killed run left
+        checkpoint_dir,
+        run_dir,
+        config_to_dict(config),
+        live=(trained, optimizer, scheduler, sampler, generator),
+        dist=dist,
+        say=say,
+    )
     if start_step > 0:
         engine.sync_weights(policy)  # an external engine starts from the base weights
     group_size, prompts_per_step = plan.group_size, plan.prompts_per_step
@@ -258,7 +240,14 @@ def _train(
         f"({trainable:,} trainable parameters) on {placement}; reference: {reference_kind}"
     )
     say(f"grpo: {plan.describe()}")
-    log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard, enabled=dist.is_main)
+    log = MetricsLog(
+        run_dir,
+        tensorboard=train_cfg.tensorboard,
+        enabled=dist.is_main,
+        purge_step=start_step + 1 if resuming else 0,
+    )
+    guard = NonFiniteGuard(train_cfg.max_consecutive_skips, run_dir)
+    stopped_by = None
     history: list[dict[str, float]] = []
     if evaluate is not None and start_step == 0:
         accuracy = evaluate(policy)
@@ -286,6 +275,8 @@ def _train(
                 scheduler=scheduler,
                 sampler_state=sampler.state_dict(),
                 generator=generator,
+                config=config_to_dict(config),
+                keep=train_cfg.keep_checkpoints,
                 model_state=model_state,
                 optimizer_state=optimizer_state,
             )
@@ -399,7 +390,7 @@ def _train(
                 sequences_per_micro_batch=train_cfg.sequences_per_micro_batch,
                 optimizer=optimizer,
                 scheduler=scheduler,
-                max_grad_norm=optim_cfg.max_grad_norm,
+                max_grad_norm=config.optim.max_grad_norm,
                 reference=reference,
                 reference_context=reference_context,
                 shard=update_shard(
@@ -461,13 +452,28 @@ def _train(
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 progress.write(console_line(step, train_cfg.steps, metrics))
 
-        # --- 7. Checkpoint (rank 0 writes) ---------------------------------------------------
-        if train_cfg.save_every and step % train_cfg.save_every == 0 and step < train_cfg.steps:
+        # --- 7. Checkpoint (rank 0 writes); stop on K non-finite updates or a signal ------
+        if warning := guard.record(step, metrics, updates=algo.inner_iterations * keep_B.any()):
+            say(warning)
+        signalled = stop.agreed(dist) and step < train_cfg.steps  # the same on every process
+        due = train_cfg.save_every and step % train_cfg.save_every == 0 and step < train_cfg.steps
+        if (due or signalled) and guard.healthy:  # never over the last good checkpoint
             checkpoint(step)
+        if signalled:
+            stopped_by = stop.received or "a signal to another process"
+            break
 
     if progress is not None:
         progress.close()
     log.close()
+    if stopped_by is not None:
+        dist.barrier()
+        last = latest_checkpoint(run_dir)
+        say(
+            f"grpo: stopped by {stopped_by} after step {step} of {train_cfg.steps}; "
+            f"checkpoint: {last}; continue with `grpo train CONFIG --resume`"
+        )
+        return TrainResult(run_dir, last or run_dir, history, policy, tokenizer, stopped_by)
     final_dir = run_dir / "final"
     final_state = full_model_state(trained, dist)
     if dist.is_main:
@@ -475,7 +481,7 @@ def _train(
         save_model(policy, tokenizer, final_dir, merge_lora=True, state_dict=final_state)
         if uses_lora:
             policy.save_pretrained(str(run_dir / "final_adapter"))
-    if train_cfg.save_every:
+    if train_cfg.save_every and start_step < train_cfg.steps and guard.healthy:
         checkpoint(train_cfg.steps)
     dist.barrier()  # everything is written when any process returns
     say(

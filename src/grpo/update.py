@@ -77,6 +77,7 @@ class Shard:
     micro_batches: int
     filler: TrainBatch
     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None
+    all_agree: Callable[[bool], bool] | None = None  # True when true on every process
 
 
 def policy_update(
@@ -102,8 +103,12 @@ def policy_update(
     itself inside ``reference_context`` (adapters disabled). With ``shard``, ``batch`` is
     this process's rows (possibly none) of a step split across processes; the metrics are
     then this process's parts: sums (loss, kl, clip fractions, entropy, sampler_logp_gap)
-    add up across processes, ratio_min/ratio_max take the min/max, and grad_norm is the
-    same everywhere.
+    add up across processes, ratio_min/ratio_max take the min/max, and grad_norm and
+    skipped_updates are the same everywhere.
+
+    An update whose loss (any micro-batch's, on any process) or gradient norm is not finite
+    is skipped: no ``optimizer.step()``, so the parameters and the optimizer state are
+    unchanged; the scheduler still steps. ``skipped_updates`` counts them.
     """
     rows = batch.advantages_B.shape[0]
     slices = [
@@ -144,6 +149,7 @@ def policy_update(
         "entropy": 0.0,
         "sampler_logp_gap": 0.0,
         "grad_norm": 0.0,
+        "skipped_updates": 0.0,  # updates skipped for a non-finite loss or gradient
     }
     if use_kl:
         totals["kl"] = 0.0
@@ -156,6 +162,7 @@ def policy_update(
 
     for iteration in range(algorithm.inner_iterations):
         first = iteration == 0
+        losses: list[float] = []  # this update's micro-batch losses (with any KL term)
         for index, micro in enumerate(micro_batches):
             # Gradients are summed across processes once, in the step's last backward.
             local_only = no_sync is not None and index < last_index
@@ -174,6 +181,7 @@ def policy_update(
                 )
             if weights[index] == 0.0:
                 continue
+            losses.append(metrics["loss"])
             tokens = float(micro.completion_mask_BT.sum())
             if iteration == algorithm.inner_iterations - 1:
                 add("loss", metrics["loss"])
@@ -191,15 +199,16 @@ def policy_update(
         )
         if hasattr(grad_norm, "full_tensor"):  # FSDP: a replicated DTensor
             grad_norm = grad_norm.full_tensor()
-        if not torch.isfinite(grad_norm):
-            optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError(
-                f"gradient norm is {grad_norm.item()} at inner iteration {iteration}"
-            )
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         add("grad_norm", grad_norm.item() / algorithm.inner_iterations)
+        finite = bool(torch.isfinite(grad_norm)) and all(map(math.isfinite, losses))
+        if shard is not None and shard.all_agree is not None:
+            finite = shard.all_agree(finite)  # a loss is local: every process must skip
+        if finite:
+            optimizer.step()
+        else:  # skipped: parameters and optimizer state stay exactly as they were
+            add("skipped_updates", 1.0)
+        scheduler.step()  # the LR schedule stays on the step clock either way
+        optimizer.zero_grad(set_to_none=True)
     totals["clip_frac"] = totals["clip_frac_low"] + totals["clip_frac_high"]
     return totals
 

@@ -1,0 +1,77 @@
+"""Bad configuration: each mistake is a one-line ConfigError naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo.config import ConfigError, load_config
+
+BASE = [
+    "model.path='m'",
+    "data.train_path='d.jsonl'",
+    "rewards=[{function='grpo.rewards:numeric_answer'}]",
+]
+
+
+def _error(*overrides: str, toml: str | None = None, tmp_path=None) -> str:
+    path = None
+    if toml is not None:
+        path = tmp_path / "c.toml"
+        path.write_text(toml)
+    with pytest.raises(ConfigError) as error:
+        load_config(path, [*BASE, *overrides] if toml is None else list(overrides))
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unknown_key_in_a_file_names_it(tmp_path) -> None:
+    toml = (
+        '[model]\npath = "m"\n[data]\ntrain_path = "d.jsonl"\n'
+        '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n[train]\nsave_evry = 5\n'
+    )
+    message = _error(toml=toml, tmp_path=tmp_path)
+    assert message.startswith("unknown config key 'train.save_evry' (known: ")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.steps='ten'", "train.steps must be an integer, got 'ten'"),
+        ("train.steps=2.5", "train.steps must be an integer, got 2.5"),
+        ("train.resume=1", "train.resume must be true or false, got 1"),
+        ("optim.lr=nan", "optim.lr must be a number, got nan"),
+        ("rollout.stop_strings='###'", "rollout.stop_strings must be a list"),
+        ("rewards[0]", "override 'rewards[0]' must look like --section.key=value"),
+    ],
+)
+def test_wrong_type_names_the_key(override, message) -> None:
+    assert _error(override).startswith(message)
+
+
+def test_group_of_one_with_group_scaling_is_impossible() -> None:
+    message = _error("rollout.group_size=1", "algorithm.advantage_scale='group'")
+    assert message.startswith(
+        "rollout.group_size = 1 with algorithm.advantage_scale = 'group': the group mean is "
+        "the baseline"
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.steps=0", "train.steps must be ≥ 1"),
+        ("train.prompts_per_step=0", "train.prompts_per_step must be ≥ 1"),
+        ("train.sequences_per_micro_batch=-2", "train.sequences_per_micro_batch must be ≥ 1"),
+        ("rollout.max_new_tokens=0", "rollout.max_new_tokens must be ≥ 1"),
+        ("data.max_prompt_tokens=0", "data.max_prompt_tokens must be ≥ 1"),
+        ("rollout.max_sequences_per_batch=0", "rollout.max_sequences_per_batch must be ≥ 1"),
+        ("algorithm.inner_iterations=0", "algorithm.inner_iterations must be ≥ 1"),
+        ("train.keep_checkpoints=0", "train.keep_checkpoints must be ≥ 1"),
+        ("train.max_consecutive_skips=0", "train.max_consecutive_skips must be ≥ 1"),
+        ("train.save_every=-1", "train.save_every must be ≥ 0"),
+        ("optim.lr=0", "optim.lr must be > 0"),
+    ],
+)
+def test_non_positive_sizes_name_the_key(override, message) -> None:
+    assert _error(override) == message
