@@ -259,6 +259,8 @@ class TransformersEngine:
                 finished = bool(done_B.all())
                 if self.all_done(finished) if self.all_done is not None else finished:
                     break
+                if position == params.max_new_tokens - 1:  # the last token needs no forward
+                    break
                 attention_mask_BL = torch.cat(
                     [attention_mask_BL, torch.ones_like(token_B)[:, None]], dim=1
                 )
