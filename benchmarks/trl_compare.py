@@ -134,18 +134,21 @@ def run_child(trainer: str, model_dir: Path, prompts: Path, args, out: Path, **e
     started = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cap, peak = args.cap_gb * 2**30, 0
-    exceeded = False
+    stopped = None
     while child.poll() is None:
         peak = max(peak, _rss_bytes(child.pid))
         if peak > cap:
-            exceeded = True
+            stopped = {"exceeded_gb": args.cap_gb}
+        elif args.child_timeout and time.perf_counter() - started > args.child_timeout:
+            stopped = {"timed_out_s": args.child_timeout}
+        if stopped:
             os.kill(child.pid, signal.SIGKILL)
             break
         time.sleep(0.1)
     output, _ = child.communicate()
     seconds = time.perf_counter() - started
-    if exceeded:
-        return {"trainer": trainer, "exceeded_gb": args.cap_gb, "wall_s": seconds}
+    if stopped:
+        return {"trainer": trainer, **stopped, "peak_rss_seen_bytes": peak, "wall_s": seconds}
     if child.returncode != 0:
         raise RuntimeError(f"{trainer} child failed ({child.returncode}):\n{output[-4000:]}")
     return {**json.loads(out.read_text()), "wall_s": seconds}
@@ -219,6 +222,9 @@ def scaling_table(points: list[dict]) -> str:
             result = point[trainer]
             if "exceeded_gb" in result:
                 cells.append((f"> {result['exceeded_gb']:g} (killed)", None))
+            elif "timed_out_s" in result:
+                seen = result["peak_rss_seen_bytes"] / 1e9
+                cells.append((f"≥ {seen:.2f} (stopped after {result['timed_out_s']:g} s)", None))
             else:
                 gb = result["peak_rss_bytes"] / 1e9
                 cells.append((f"{gb:.2f}", gb))
@@ -236,7 +242,8 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="also the memory-scaling table")
     parser.add_argument("--scaling-only", action="store_true")
     parser.add_argument("--cap-gb", type=float, default=8.0, help="kill a child above this RSS")
-    parser.add_argument("--json", type=Path, help="write every measurement here too")
+    parser.add_argument("--child-timeout", type=float, default=0, help="seconds; 0 = none")
+    parser.add_argument("--json", type=Path, help="write every measurement here (as it comes)")
     args = parser.parse_args()
     report: dict = {"threads": args.threads, "micro_batch": args.micro_batch}
     with tempfile.TemporaryDirectory() as work:
@@ -270,6 +277,8 @@ def main() -> None:
             ceiling = max(ceiling_before, matmul_ceiling(args.threads))
             flops = step_flops(32000, 64)
             report.update(results=results, ceiling=ceiling, flops=flops)
+            if args.json:
+                args.json.write_text(json.dumps(report, indent=1))
             print(f"\n{args.threads} threads; {args.steps - 1} timed steps per trainer\n")
             print(headline_table(results, flops, ceiling))
         if args.scaling or args.scaling_only:
@@ -279,6 +288,9 @@ def main() -> None:
                 model_dir, prompts = setup(vocab, completion)
                 point = {"vocab": vocab, "completion": completion}
                 for trainer in ("grpo", "trl"):
+                    if (vocab, completion) == (32000, 64) and "results" in report:
+                        point[trainer] = report["results"][trainer]  # the headline run's point
+                        continue
                     point[trainer] = run_child(
                         trainer,
                         model_dir,
@@ -290,6 +302,9 @@ def main() -> None:
                     )
                 print(f"scaling point {vocab} × {completion} done", flush=True)
                 points.append(point)
+                report["scaling"] = points
+                if args.json:
+                    args.json.write_text(json.dumps(report, indent=1))
             report["scaling"] = points
             print("\n" + scaling_table(points))
     if args.json:
