@@ -242,6 +242,12 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="also the memory-scaling table")
     parser.add_argument("--scaling-only", action="store_true")
     parser.add_argument("--cap-gb", type=float, default=8.0, help="kill a child above this RSS")
+    parser.add_argument(
+        "--grid",
+        type=lambda text: [tuple(int(n) for n in point.split("x")) for point in text.split(",")],
+        default="8000x64,32000x64,128000x64,32000x256,32000x512",
+        help="scaling points, vocabulary x completion tokens",
+    )
     parser.add_argument("--child-timeout", type=float, default=0, help="seconds; 0 = none")
     parser.add_argument("--json", type=Path, help="write every measurement here (as it comes)")
     args = parser.parse_args()
@@ -283,8 +289,7 @@ def main() -> None:
             print(headline_table(results, flops, ceiling))
         if args.scaling or args.scaling_only:
             points = []
-            grid = [(8000, 64), (32000, 64), (128000, 64), (32000, 256), (32000, 512)]
-            for vocab, completion in grid:
+            for vocab, completion in args.grid:
                 model_dir, prompts = setup(vocab, completion)
                 point = {"vocab": vocab, "completion": completion}
                 for trainer in ("grpo", "trl"):
