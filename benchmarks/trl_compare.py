@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 
 CHILD = Path(__file__).with_name("trl_compare_child.py")
-PROMPT_TOKENS, PROMPTS, GROUP = 32, 64, 8
+PROMPT_TOKENS, PROMPTS, GROUP, PROMPTS_PER_STEP = 32, 64, 8, 8
+ROWS = PROMPTS_PER_STEP * GROUP  # completions per step
 MODEL = {"hidden": 512, "intermediate": 1376, "layers": 8, "heads": 8}
 
 
@@ -97,7 +98,6 @@ def matmul_ceiling(threads: int) -> float:
 def step_flops(vocab: int, completion: int) -> dict[str, float]:
     """Matmul FLOPs of one step's phases (2·m·n·k), counted from the shapes."""
     d, inner, layers = MODEL["hidden"], MODEL["intermediate"], MODEL["layers"]
-    rows = PROMPTS // GROUP * GROUP  # 8 prompts × G per step
     per_token = layers * (2 * 4 * d * d + 2 * 3 * d * inner)  # projections + MLP
     head = 2 * d * vocab
 
@@ -108,13 +108,12 @@ def step_flops(vocab: int, completion: int) -> dict[str, float]:
         attended = sum(attention(c) for c in range(1, tokens + 1))
         return tokens * per_token + attended + scored * head
 
-    prompts = PROMPTS // GROUP
     # Rollout: each prompt's prefill once (one logit), then T − 1 decode steps for every row.
-    prefill = (8 if prompts >= 8 else prompts) * forward(PROMPT_TOKENS, 1)
+    prefill = PROMPTS_PER_STEP * forward(PROMPT_TOKENS, 1)
     decode = sum(
-        rows * (per_token + attention(PROMPT_TOKENS + t) + head) for t in range(1, completion)
+        ROWS * (per_token + attention(PROMPT_TOKENS + t) + head) for t in range(1, completion)
     )
-    full = rows * forward(PROMPT_TOKENS + completion, completion)
+    full = ROWS * forward(PROMPT_TOKENS + completion, completion)
     return {"rollout": prefill + decode, "reference": full, "policy": 3 * full, "optimizer": 0.0}
 
 
@@ -165,7 +164,7 @@ def _rss_bytes(pid: int) -> int:
 
 
 def headline_table(results: dict[str, dict], flops: dict[str, float], ceiling: float) -> str:
-    tokens = PROMPTS // GROUP * GROUP * results["grpo"]["max_new_tokens"]
+    tokens = ROWS * results["grpo"]["max_new_tokens"]
     lines = [
         "| | grpo | TRL 1.16 | grpo / TRL |",
         "|---|---:|---:|---:|",
