@@ -146,15 +146,22 @@ def chunked_token_logprobs(
     return logp_N, entropy_N if with_entropy else None
 
 
+def is_fsdp_sharded(model: nn.Module) -> bool:
+    """Whether ``model`` is an FSDP2 (``fully_shard``) module."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import FSDPModule
+    return isinstance(model, FSDPModule)
+
+
 def _chunkable_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
     """(decoder, lm_head) when logits are exactly lm_head(decoder(...)), else None.
 
     DDP and FSDP must see the whole model's forward (gradient hooks, parameter gathering),
     and some architectures scale or soft-cap their logits: those take the full-logits path.
     """
-    from torch.distributed.fsdp import FSDPModule
-
-    if hasattr(model, "module") or isinstance(model, FSDPModule):
+    if hasattr(model, "module") or is_fsdp_sharded(model):
         return None
     inner = base_model(model)
     get_decoder = getattr(inner, "get_decoder", None)

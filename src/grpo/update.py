@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
 
 from grpo.config import AlgorithmConfig
 from grpo.kl import kl_penalty
-from grpo.logprobs import completion_logprobs
+from grpo.logprobs import completion_logprobs, is_fsdp_sharded
 from grpo.losses import aggregate, policy_loss
 
 
@@ -281,7 +280,7 @@ def _reference_logprobs(
     )
     # A separate frozen reference runs under inference mode (no autograd bookkeeping at all);
     # the policy itself (LoRA) and FSDP shards could keep inference tensors for training.
-    frozen = reference is not None and not isinstance(reference, FSDPModule)
+    frozen = reference is not None and not is_fsdp_sharded(reference)
     with context, torch.inference_mode() if frozen else torch.no_grad():
         logp_BT, _ = completion_logprobs(
             model,
