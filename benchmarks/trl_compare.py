@@ -277,6 +277,8 @@ def main() -> None:
                     max_new_tokens=64,
                 )
                 results[trainer]["max_new_tokens"] = 64
+                if "median" not in results[trainer]:  # stopped by --cap-gb or --child-timeout
+                    raise SystemExit(f"{trainer} was stopped: {results[trainer]}")
                 median_step = results[trainer]["median"]["step"]
                 print(f"{trainer}: median step {median_step:.2f} s", flush=True)
             ceiling = max(ceiling_before, matmul_ceiling(args.threads))
