@@ -87,3 +87,34 @@ def test_same_generator_seed_same_rollout(tiny_model_dir) -> None:
     a = engine.generate(prompts, 4, params, torch.Generator().manual_seed(1))
     b = engine.generate(prompts, 4, params, torch.Generator().manual_seed(1))
     assert torch.equal(a.completion_ids_BT, b.completion_ids_BT)
+
+
+def test_preallocated_cache_writes_in_place_and_matches_a_growing_one(tiny_model_dir) -> None:
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    from grpo.rollout import preallocate_cache
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    prompt = torch.tensor([[5, 6, 7, 8]])
+    next_tokens = [9, 10, 11]
+    logits = []
+    for preallocate in (False, True):
+        cache = DynamicCache()
+        with torch.no_grad():
+            model(input_ids=prompt, use_cache=True, past_key_values=cache)
+            if preallocate:
+                preallocate_cache(cache, len(next_tokens))
+                buffer = cache.layers[0].key_buffer
+            steps = []
+            for position, token in enumerate(next_tokens, start=prompt.shape[1]):
+                out = model(
+                    input_ids=torch.tensor([[token]]),
+                    position_ids=torch.tensor([[position]]),
+                    use_cache=True,
+                    past_key_values=cache,
+                )
+                steps.append(out.logits[0, -1])
+        logits.append(torch.stack(steps))
+        assert cache.get_seq_length() == prompt.shape[1] + len(next_tokens)
+    assert cache.layers[0].keys.data_ptr() == buffer.data_ptr()  # a view of the one buffer
+    assert torch.allclose(logits[0], logits[1], atol=1e-5)

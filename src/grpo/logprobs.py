@@ -2,7 +2,7 @@
 
 Layout shared with the rollout: each row is ``[prompt left-padded to P][completion
 right-padded to T]``, so every completion starts at column P and only the last T + 1
-logits are needed (``logits_to_keep``): the model never materialises P·V logits.
+positions are scored: never P·V logits, and by default not even B·T·V at once (chunks).
 """
 
 from __future__ import annotations
@@ -53,6 +53,129 @@ def entropy_from_logits(logits_BTV: torch.Tensor) -> torch.Tensor:
     return -(logp_BTV.exp() * logp_BTV).sum(dim=-1)
 
 
+# The chunked path holds at most this many logits at once (rows × vocabulary; 128 MiB in fp32).
+LOGITS_CHUNK_ELEMENTS = 32 * 1024 * 1024
+
+
+def _chunks(total: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, total)) for start in range(0, total, size)]
+
+
+class _ChunkedLinearLogprobs(torch.autograd.Function):
+    """log softmax(h Wᵀ / τ)[y] for N rows of hidden states, ``chunk_rows`` × V logits at a time.
+
+    With g the incoming gradient, z = h Wᵀ / τ and p = softmax(z): ∂z = g·(onehot(y) − p),
+    ∂h = (∂z / τ) W and ∂W = (∂z / τ)ᵀ h, the exact gradient. When all N rows fit in one
+    chunk, p is kept for backward (≤ ``chunk_rows`` × V floats); otherwise only h, W and each
+    row's logsumexp are kept and backward recomputes each chunk's logits (one more matmul),
+    so no (N, V) tensor is ever stored. Entropy (no gradient) comes from the forward's logits.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden_ND, weight_VD, tokens_N, temperature, chunk_rows, with_entropy):
+        rows_total = hidden_ND.shape[0]
+        keep_probs = rows_total <= chunk_rows and any(ctx.needs_input_grad[:2])
+        logp_N = torch.empty(rows_total, dtype=torch.float32, device=hidden_ND.device)
+        lse_N = torch.empty_like(logp_N)
+        entropy_N = torch.zeros_like(logp_N)
+        probs_CV = None
+        for rows in _chunks(rows_total, chunk_rows):
+            logits_CV = (hidden_ND[rows] @ weight_VD.T).float()
+            if temperature != 1.0:
+                logits_CV /= temperature
+            lse_N[rows] = torch.logsumexp(logits_CV, dim=-1)
+            logp_N[rows] = logits_CV.gather(1, tokens_N[rows, None]).squeeze(1) - lse_N[rows]
+            if with_entropy or keep_probs:
+                probs_CV = (logits_CV - lse_N[rows, None]).exp_()
+            if with_entropy:  # H = logsumexp(z) − Σ p z
+                entropy_N[rows] = lse_N[rows] - (probs_CV * logits_CV).sum(dim=-1)
+        kept_NV = probs_CV if keep_probs else None
+        ctx.save_for_backward(hidden_ND, weight_VD, tokens_N, lse_N, kept_NV)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        ctx.mark_non_differentiable(entropy_N)
+        return logp_N, entropy_N
+
+    @staticmethod
+    def backward(ctx, grad_N, _grad_entropy_N):
+        hidden_ND, weight_VD, tokens_N, lse_N, probs_NV = ctx.saved_tensors
+        grad_hidden_ND = torch.empty_like(hidden_ND) if ctx.needs_input_grad[0] else None
+        grad_weight_VD = torch.zeros_like(weight_VD) if ctx.needs_input_grad[1] else None
+        grad_N = grad_N.float()
+        for rows in _chunks(hidden_ND.shape[0], ctx.chunk_rows):
+            h_CD = hidden_ND[rows]
+            if probs_NV is not None:  # the single chunk's p, kept by forward
+                probs_CV = probs_NV
+            else:
+                probs_CV = (h_CD @ weight_VD.T).float()
+                if ctx.temperature != 1.0:
+                    probs_CV /= ctx.temperature
+                probs_CV = probs_CV.sub_(lse_N[rows, None]).exp_()
+            # ∂z = g·(onehot − p); in place unless p is the kept one (a second backward reuses it).
+            scale_C1 = -grad_N[rows, None]
+            grad_CV = probs_CV * scale_C1 if probs_NV is not None else probs_CV.mul_(scale_C1)
+            grad_CV.scatter_add_(1, tokens_N[rows, None], grad_N[rows, None])
+            if ctx.temperature != 1.0:
+                grad_CV /= ctx.temperature
+            grad_CV = grad_CV.to(hidden_ND.dtype)
+            if grad_hidden_ND is not None:
+                grad_hidden_ND[rows] = grad_CV @ weight_VD
+            if grad_weight_VD is not None:
+                grad_weight_VD.addmm_(grad_CV.T, h_CD)
+        return grad_hidden_ND, grad_weight_VD, None, None, None, None
+
+
+def chunked_token_logprobs(
+    hidden_ND: torch.Tensor,
+    weight_VD: torch.Tensor,
+    tokens_N: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_rows: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(h Wᵀ / τ)[y] per row (N,), never holding more than ``chunk_rows`` × V logits.
+
+    The values of :func:`token_logprobs` on the full logits h Wᵀ / τ, with exact gradients
+    for ``hidden_ND`` and ``weight_VD``. ``chunk_rows`` defaults to
+    :data:`LOGITS_CHUNK_ELEMENTS` // V. Entropy (N,) is returned, without gradient, when asked.
+    """
+    chunk_rows = chunk_rows or max(LOGITS_CHUNK_ELEMENTS // weight_VD.shape[0], 1)
+    logp_N, entropy_N = _ChunkedLinearLogprobs.apply(
+        hidden_ND, weight_VD, tokens_N, float(temperature), chunk_rows, with_entropy
+    )
+    return logp_N, entropy_N if with_entropy else None
+
+
+def is_fsdp_sharded(model: nn.Module) -> bool:
+    """Whether ``model`` is an FSDP2 (``fully_shard``) module."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import FSDPModule
+    return isinstance(model, FSDPModule)
+
+
+def _chunkable_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
+    """(decoder, lm_head) when logits are exactly lm_head(decoder(...)), else None.
+
+    DDP and FSDP must see the whole model's forward (gradient hooks, parameter gathering),
+    and some architectures scale or soft-cap their logits: those take the full-logits path.
+    """
+    if hasattr(model, "module") or is_fsdp_sharded(model):
+        return None
+    inner = base_model(model)
+    get_decoder = getattr(inner, "get_decoder", None)
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    config = getattr(inner, "config", None)
+    scaled = any(
+        getattr(config, name, None) not in (None, 1, 1.0)
+        for name in ("final_logit_softcapping", "logit_scale", "logits_scaling")
+    )
+    if get_decoder is None or type(head) is not nn.Linear or head.bias is not None or scaled:
+        return None
+    return get_decoder(), head
+
+
 def completion_logprobs(
     model: nn.Module,
     prompt_ids_BP: torch.Tensor,
@@ -62,23 +185,50 @@ def completion_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    chunked: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_t | x, y_<t) at temperature τ for every completion position, shape (B, T).
 
     The policy the loss optimises is softmax(logits / τ), the distribution the rollout
     sampled from, so the ratio is 1 on-policy. Entropy (B, T) is returned when asked,
     computed without gradient.
+
+    ``chunked`` (when the model allows it, see :func:`_chunkable_head`): the decoder's hidden
+    states go through the LM head a chunk of completion tokens at a time
+    (:func:`chunked_token_logprobs`), so logits memory stays bounded whatever B × T × V is;
+    padding positions are not scored and read 0. Otherwise the model's full-vocabulary logits
+    for the B × (T + 1) kept positions are materialised.
     """
     input_ids_BL = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
     attention_mask_BL = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
     completion_length = completion_ids_BT.shape[1]
-    logits_BTV = model(
-        input_ids=input_ids_BL,
-        attention_mask=attention_mask_BL,
-        position_ids=positions_from_mask(attention_mask_BL),
-        use_cache=False,
-        logits_to_keep=completion_length + 1,
-    ).logits[:, :-1, :]
+    inputs = {
+        "input_ids": input_ids_BL,
+        "attention_mask": attention_mask_BL,
+        "position_ids": positions_from_mask(attention_mask_BL),
+        "use_cache": False,
+    }
+    parts = _chunkable_head(model) if chunked else None
+    if parts is not None:
+        decoder, head = parts
+        # Position P − 1 + t predicts completion token t; only real tokens are scored.
+        hidden_BTD = decoder(**inputs).last_hidden_state[:, -completion_length - 1 : -1]
+        keep_BT = completion_mask_BT.bool()
+        logp_N, entropy_N = chunked_token_logprobs(
+            hidden_BTD[keep_BT],
+            head.weight,
+            completion_ids_BT[keep_BT],
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
+        logp_BT = logp_N.new_zeros(completion_ids_BT.shape).masked_scatter(keep_BT, logp_N)
+        entropy_BT = None
+        if entropy_N is not None:
+            entropy_BT = entropy_N.new_zeros(completion_ids_BT.shape).masked_scatter(
+                keep_BT, entropy_N
+            )
+        return logp_BT, entropy_BT
+    logits_BTV = model(**inputs, logits_to_keep=completion_length + 1).logits[:, :-1, :]
     if temperature != 1.0:
         logits_BTV = logits_BTV / temperature
     logp_BT = token_logprobs(logits_BTV, completion_ids_BT)

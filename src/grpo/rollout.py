@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -129,6 +129,48 @@ def filter_logits(logits_BV: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     return logits_BV
 
 
+def preallocate_cache(kv_cache: Any, new_tokens: int) -> None:
+    """Give each full-attention layer of a prefilled ``DynamicCache`` room for ``new_tokens``.
+
+    A ``DynamicLayer`` grows by concatenation, copying the whole cache at every decoded token
+    (O(T²) copying over a completion); a pre-allocated layer writes each token in place.
+    Other layer kinds (sliding windows, quantized…) are left as they are.
+    """
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:  # an older transformers without cache layers
+        return
+    layers = getattr(kv_cache, "layers", None)
+    if not layers or new_tokens <= 0:
+        return
+
+    class PreallocatedLayer(DynamicLayer):
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            super().__init__()
+            batch, heads, length, width = keys.shape
+            self.key_buffer = keys.new_empty(batch, heads, length + new_tokens, width)
+            self.value_buffer = values.new_empty(batch, heads, length + new_tokens, width)
+            self.key_buffer[:, :, :length] = keys
+            self.value_buffer[:, :, :length] = values
+            self.length, self.device, self.is_initialized = length, keys.device, True
+            self.keys, self.values = keys, values
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            end = self.length + key_states.shape[-2]
+            if end > self.key_buffer.shape[-2]:  # more tokens than planned: grow as before
+                return super().update(key_states, value_states, *args, **kwargs)
+            self.key_buffer[:, :, self.length : end] = key_states
+            self.value_buffer[:, :, self.length : end] = value_states
+            self.length = end
+            self.keys = self.key_buffer[:, :, :end]
+            self.values = self.value_buffer[:, :, :end]
+            return self.keys, self.values
+
+    for index, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
+            layers[index] = PreallocatedLayer(layer.keys, layer.values)
+
+
 class TransformersEngine:
     """Samples from the policy itself with a KV cache; no second copy of the weights.
 
@@ -225,6 +267,7 @@ class TransformersEngine:
                 **{cache_name: kv_cache},
             ).logits[:, -1, :]
             kv_cache.batch_select_indices(select_B)
+            preallocate_cache(kv_cache, params.max_new_tokens)
             logits_BV = logits_NV[select_B]
             prompt_ids_BP = prompt_ids_NP[select_B]
             prompt_mask_BP = prompt_mask_NP[select_B]
@@ -258,6 +301,8 @@ class TransformersEngine:
                 done_B |= ended_B
                 finished = bool(done_B.all())
                 if self.all_done(finished) if self.all_done is not None else finished:
+                    break
+                if position == params.max_new_tokens - 1:  # the last token needs no forward
                     break
                 attention_mask_BL = torch.cat(
                     [attention_mask_BL, torch.ones_like(token_B)[:, None]], dim=1

@@ -19,7 +19,7 @@ from torch import nn
 
 from grpo.config import AlgorithmConfig
 from grpo.kl import kl_penalty
-from grpo.logprobs import completion_logprobs
+from grpo.logprobs import completion_logprobs, is_fsdp_sharded
 from grpo.losses import aggregate, policy_loss
 
 
@@ -277,7 +277,6 @@ def _micro_step(
     return metrics
 
 
-@torch.no_grad()
 def _reference_logprobs(
     policy: nn.Module,
     reference: nn.Module | None,
@@ -289,7 +288,10 @@ def _reference_logprobs(
     context = (
         reference_context() if reference is None and reference_context else contextlib.nullcontext()
     )
-    with context:
+    # A separate frozen reference runs under inference mode (no autograd bookkeeping at all);
+    # the policy itself (LoRA) and FSDP shards could keep inference tensors for training.
+    frozen = reference is not None and not is_fsdp_sharded(reference)
+    with context, torch.inference_mode() if frozen else torch.no_grad():
         logp_BT, _ = completion_logprobs(
             model,
             micro.prompt_ids_BP,
@@ -298,4 +300,4 @@ def _reference_logprobs(
             micro.completion_mask_BT,
             temperature=temperature,
         )
-    return logp_BT
+    return logp_BT.clone() if frozen else logp_BT  # a clone outside inference mode is normal
