@@ -55,8 +55,9 @@ from grpo.dynamic_sampling import (
     process_major,
 )
 from grpo.evaluate import held_out_evaluator
-from grpo.metrics import MetricsLog, console_line
+from grpo.metrics import open_metrics_log
 from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer
+from grpo.progress import step_progress
 from grpo.rewards.runner import (
     RewardError,
     RewardFunction,
@@ -258,20 +259,14 @@ def _train(
         f"({trainable:,} trainable parameters) on {placement}; reference: {reference_kind}"
     )
     say(f"grpo: {plan.describe()}")
-    log = MetricsLog(run_dir, tensorboard=train_cfg.tensorboard, enabled=dist.is_main)
+    log = open_metrics_log(config, enabled=dist.is_main)
     history: list[dict[str, float]] = []
     if evaluate is not None and start_step == 0:
         accuracy = evaluate(policy)
         log.write(0, {"eval/accuracy": accuracy})
         history.append({"step": 0, "eval/accuracy": accuracy})
         say(f"grpo: held-out greedy accuracy before training: {accuracy:.1%}")
-    progress = None
-    if verbose and train_cfg.progress and dist.is_main:
-        from tqdm.auto import tqdm
-
-        progress = tqdm(
-            total=train_cfg.steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True
-        )
+    progress = step_progress(train_cfg, start_step, enabled=verbose and dist.is_main)
 
     def checkpoint(step: int) -> None:
         model_state = full_model_state(trained, dist)  # FSDP: gathered from every process
@@ -456,17 +451,15 @@ def _train(
             metrics["accuracy"] = (accuracy_B >= 1.0).float().mean().item()
         history.append({"step": step, **metrics})
         log.write(step, metrics)
-        if progress is not None:
-            progress.update(1)
-            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-                progress.write(console_line(step, train_cfg.steps, metrics))
+        prompt_texts = [dataset.prompts[i] for i in row_prompts]
+        log.completions(step, prompt_texts, completions, scores, advantages_B[rows])
+        progress.update(step, metrics)
 
         # --- 7. Checkpoint (rank 0 writes) ---------------------------------------------------
         if train_cfg.save_every and step % train_cfg.save_every == 0 and step < train_cfg.steps:
             checkpoint(step)
 
-    if progress is not None:
-        progress.close()
+    progress.close()
     log.close()
     final_dir = run_dir / "final"
     final_state = full_model_state(trained, dist)
