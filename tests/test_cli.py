@@ -60,6 +60,7 @@ def test_demo_quick_runs_end_to_end(tmp_path) -> None:
     assert (tmp_path / "demo" / "run" / "final" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_quiet_train_then_report_then_eval(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
     config = tmp_path / "c.toml"
     config.write_text(
