@@ -19,8 +19,14 @@ def report_page(trained_run_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     """The report of the trained run, plus one logged completion full of HTML."""
     run_dir = tmp_path_factory.mktemp("report") / "run"
     shutil.copytree(trained_run_dir, run_dir)
-    hostile = {"step": 5, "prompt": "<b>1+1=</b>", "completion": HOSTILE, "reward": 1.0,
-               "rewards": {"numeric_answer": 1.0, "digit_fraction": 0.0}, "advantage": 0.5}  # fmt: skip
+    hostile = {
+        "step": 5,
+        "prompt": "<b>1+1=</b>",
+        "completion": HOSTILE,
+        "reward": 1.0,
+        "rewards": {"numeric_answer": 1.0, "digit_fraction": 0.0},
+        "advantage": 0.5,
+    }
     with (run_dir / "completions.jsonl").open("a") as handle:
         handle.write(json.dumps(hostile) + "\n")
     return write_report(run_dir)
