@@ -96,7 +96,10 @@ def test_quiet_train_then_report_then_eval(tmp_path, tiny_model_dir, arithmetic_
     assert set(result["reward_means_greedy"]) == {"numeric_answer"}
 
 
-def test_eval_needs_data_and_names_a_bad_file(tmp_path, tiny_model_dir) -> None:
-    missing = _grpo("eval", str(tiny_model_dir), "--data", str(tmp_path / "none.jsonl"))
-    assert missing.returncode == 2
-    assert "dataset not found" in missing.stderr
+def test_eval_names_a_missing_dataset(tmp_path, tiny_model_dir, capsys) -> None:
+    from grpo.cli import main
+
+    assert main(["eval", str(tiny_model_dir), "--data", str(tmp_path / "none.jsonl")]) == 2
+    assert "grpo eval: error: dataset not found" in capsys.readouterr().err
+    assert main(["eval", str(tiny_model_dir)]) == 2
+    assert "grpo eval needs a dataset: --data FILE" in capsys.readouterr().err
