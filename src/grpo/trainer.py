@@ -451,8 +451,9 @@ def _train(
             metrics["accuracy"] = (accuracy_B >= 1.0).float().mean().item()
         history.append({"step": step, **metrics})
         log.write(step, metrics)
-        prompt_texts = [dataset.prompts[i] for i in row_prompts]
-        log.completions(step, prompt_texts, completions, scores, advantages_B[rows])
+        prompt_texts = [dataset.prompts[i] for i in row_prompts]  # the last round's rows
+        last_round_B = advantages_B[-plan.sequences_per_step :][rows]
+        log.completions(step, prompt_texts, completions, scores, last_round_B)
         progress.update(step, metrics)
 
         # --- 7. Checkpoint (rank 0 writes) ---------------------------------------------------
