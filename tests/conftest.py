@@ -24,3 +24,46 @@ def arithmetic_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     rows, _ = make_splits(64, 0, seed=1)
     return write_jsonl(rows, tmp_path_factory.mktemp("data") / "train.jsonl")
+
+
+@pytest.fixture(scope="session")
+def trained_run_dir(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, arithmetic_jsonl: Path
+) -> Path:
+    """A real 4-step run of the tiny model with KL, two rewards (an accuracy reward, and one
+    that varies between random completions so that groups train), held-out evaluation and
+    a completion table every 2 steps: the input of the report, metric and glossary tests."""
+    from grpo.config import load_config
+    from grpo.rewards import numeric_answer
+    from grpo.rewards.runner import RewardFunction
+    from grpo.trainer import train
+
+    def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
+        return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    config = load_config(
+        None,
+        [
+            f"--model.path={tiny_model_dir}",
+            f"--data.train_path={arithmetic_jsonl}",
+            '--rewards=[{ function = "grpo.rewards:numeric_answer" }]',
+            f"--eval.path={arithmetic_jsonl}",
+            "--eval.every=2",
+            "--eval.max_new_tokens=4",
+            "--rollout.group_size=4",
+            "--rollout.max_new_tokens=6",
+            "--algorithm.beta=0.04",
+            "--optim.lr=1e-3",
+            "--train.steps=4",
+            "--train.prompts_per_step=2",
+            "--train.completions_every=2",
+            f"--train.run_dir={run_dir}",
+        ],
+    )
+    rewards = [
+        RewardFunction(name="numeric_answer", fn=numeric_answer),
+        RewardFunction(name="digit_fraction", fn=digit_fraction, weight=0.5),
+    ]
+    train(config, reward_functions=rewards, verbose=False)
+    return run_dir

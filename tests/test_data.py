@@ -138,3 +138,138 @@ def test_bad_rows_are_skipped_and_counted_when_configured(tmp_path, tokenizer) -
         f"{path}: 4 row(s) skipped: 1 not a JSON object (row 3); 1 empty prompt (row 2); "
         "1 over data.max_prompt_tokens = 8 (row 4); 1 missing column(s) ['answer'] (row 5)"
     )
+
+
+# --- formats, column mapping, GSM8K and MATH conventions ---------------------------------
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+ROWS = [
+    {"prompt": "1+1=", "answer": "2", "level": 1},
+    {"prompt": "2+3=", "answer": "5", "level": 2},
+]
+
+
+def _assert_rows(dataset) -> None:
+    assert dataset.prompts == ["1+1=", "2+3="]
+    assert [str(a) for a in dataset.columns["answer"]] == ["2", "5"]
+    assert dataset.columns["level"] == [1, 2]
+
+
+def test_reads_csv_tsv_and_a_json_array(tmp_path, tokenizer) -> None:
+    (tmp_path / "d.csv").write_text("prompt,answer,level\n1+1=,2,1\n2+3=,5,2\n")
+    (tmp_path / "d.tsv").write_text("prompt\tanswer\tlevel\n1+1=\t2\t1\n2+3=\t5\t2\n")
+    (tmp_path / "d.json").write_text(json.dumps(ROWS))
+    for name in ("d.csv", "d.tsv", "d.json"):
+        _assert_rows(load_prompt_dataset(tmp_path / name, tokenizer))
+
+
+def test_reads_parquet_and_save_to_disk_folders(tmp_path, tokenizer) -> None:
+    datasets = pytest.importorskip("datasets")
+    table = datasets.Dataset.from_list(ROWS)
+    table.to_parquet(str(tmp_path / "d.parquet"))
+    table.save_to_disk(str(tmp_path / "saved"))
+    _assert_rows(load_prompt_dataset(tmp_path / "d.parquet", tokenizer))
+    _assert_rows(load_prompt_dataset(tmp_path / "saved", tokenizer))
+    datasets.DatasetDict({"train": table, "test": table}).save_to_disk(str(tmp_path / "splits"))
+    with pytest.raises(DataError, match=r"holds the splits \['test', 'train'\]: point at one"):
+        load_prompt_dataset(tmp_path / "splits", tokenizer)
+    _assert_rows(load_prompt_dataset(tmp_path / "splits" / "train", tokenizer))
+
+
+def test_unknown_format_and_missing_prompt_column_are_clear_errors(tmp_path, tokenizer) -> None:
+    (tmp_path / "d.txt").write_text("1+1=\n")
+    with pytest.raises(DataError, match=r"d.txt: unknown dataset format '.txt'"):
+        load_prompt_dataset(tmp_path / "d.txt", tokenizer)
+    path = _write(tmp_path / "d.jsonl", ROWS)
+    with pytest.raises(
+        DataError, match=r"no column 'question' \(data.prompt_column\); its columns are"
+    ):
+        load_prompt_dataset(path, tokenizer, prompt_column="question")
+
+
+def test_column_map_renames_for_the_rewards_and_names_a_missing_column(tmp_path, tokenizer) -> None:
+    path = _write(
+        tmp_path / "d.jsonl", [{"q": "1+1=", "target": "2"}, {"q": "2+3=", "target": "5"}]
+    )
+    dataset = load_prompt_dataset(
+        path, tokenizer, prompt_column="q", column_map={"answer": "target"}
+    )
+    assert dataset.columns == {"target": ["2", "5"], "answer": ["2", "5"]}
+    _write(path, [{"q": "1+1=", "target": "2"}, {"q": "2+3=", "goal": "5"}])
+    with pytest.raises(
+        DataError, match=r"row 2: missing column\(s\).*target \(data.column_map.answer\)"
+    ):
+        load_prompt_dataset(path, tokenizer, prompt_column="q", column_map={"answer": "target"})
+
+
+def test_gsm8k_convention_reads_the_answer_after_the_hashes(tokenizer) -> None:
+    from grpo.rewards import numeric_answer
+
+    dataset = load_prompt_dataset(
+        DATA / "gsm8k_sample.jsonl",
+        tokenizer,
+        prompt_column="question",
+        answer_format="gsm8k",
+        max_prompt_tokens=1000,
+    )
+    assert dataset.columns["answer"] == ["29", "135", "17", "180", "250"]
+    assert dataset.prompts[2].startswith("Tom reads 18 pages a day.")
+    completions = ["... so 29 pencils. #### 29", "#### 134", "17 days", "It is $180.", "250"]
+    scores = numeric_answer(dataset.prompts, completions, dataset.columns["answer"])
+    assert scores == [1.0, 0.0, 1.0, 1.0, 1.0]
+
+
+def test_math_convention_reads_the_last_boxed_answer_of_the_solution(tokenizer) -> None:
+    from grpo.rewards import math_equivalence
+
+    dataset = load_prompt_dataset(
+        DATA / "math_sample.jsonl",
+        tokenizer,
+        prompt_column="problem",
+        column_map={"answer": "solution"},
+        answer_format="math",
+        max_prompt_tokens=1000,
+    )
+    assert dataset.columns["answer"] == ["\\frac{11}{12}", "8", "9", "8\\sqrt{2}", "\\dfrac{3}{8}"]
+    assert dataset.columns["level"][0] == "Level 1"
+    assert dataset.columns["solution"][1].endswith("$x = \\boxed{8}$.")
+    completions = ["\\boxed{11/12}", "x = \\boxed{8}", "\\boxed{6}", "\\boxed{8\\sqrt{2}}", "0.375"]
+    scores = math_equivalence(dataset.prompts, completions, dataset.columns["answer"])
+    assert scores == [1.0, 1.0, 0.0, 1.0, 1.0]
+
+
+def test_answer_format_names_the_row_without_an_answer(tmp_path, tokenizer) -> None:
+    path = _write(
+        tmp_path / "d.jsonl", [{"q": "1+1=", "answer": "2 #### 2"}, {"q": "a", "answer": "2"}]
+    )
+    with pytest.raises(
+        DataError, match=r"row 2: data.answer_format = 'gsm8k' but its answer has no"
+    ):
+        load_prompt_dataset(path, tokenizer, prompt_column="q", answer_format="gsm8k")
+    with pytest.raises(DataError, match=r"'math' reads the 'answer' column, which it lacks"):
+        load_prompt_dataset(
+            _write(tmp_path / "e.jsonl", [{"q": "1", "solution": "\\boxed{1}"}]),
+            tokenizer,
+            prompt_column="q",
+            answer_format="math",
+        )
+
+
+def test_config_keys_reach_the_loader(tmp_path, tokenizer) -> None:
+    from grpo.config import load_config
+    from grpo.data import load_dataset_for
+
+    config = load_config(
+        None,
+        [
+            "--model.path=m",
+            f"--data.train_path={DATA / 'math_sample.jsonl'}",
+            "--data.prompt_column=problem",
+            '--data.column_map={ answer = "solution" }',
+            "--data.answer_format=math",
+            "--data.max_prompt_tokens=1000",
+            '--rewards=[{ function = "grpo.rewards:math_equivalence" }]',
+        ],
+    )
+    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
+    assert dataset.columns["answer"][1] == "8"

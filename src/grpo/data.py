@@ -51,8 +51,34 @@ class PromptDataset:
         return f"{self.source}: {total} row(s) skipped: " + "; ".join(parts)
 
 
+# Suffix → the `datasets` builder that reads it (and its options).
+_DATASETS_BUILDERS: dict[str, tuple[str, dict[str, Any]]] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"delimiter": "\t"}),
+    ".parquet": ("parquet", {}),
+    ".arrow": ("arrow", {}),
+}
+ANSWER_FORMATS = ("plain", "gsm8k", "math")
+
+
+def _read_json_array(path: Path) -> list[dict[str, Any]]:
+    """A ``.json`` file holding one array of row objects."""
+    try:
+        rows = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: invalid JSON ({error})") from None
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: row {number}: expected a JSON object")
+    return rows
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """JSONL rows; other formats (parquet, a `datasets.save_to_disk` folder) via `datasets`."""
+    """Rows of a dataset file, as dicts.
+
+    JSONL (or a ``.json`` array) is read here; CSV, TSV, Parquet, Arrow and folders written
+    by ``datasets.Dataset.save_to_disk`` through the ``datasets`` extra.
+    """
     return [row for _, row in _numbered_rows(Path(path), None)]
 
 
@@ -63,6 +89,8 @@ def _numbered_rows(
     not a JSON object is recorded there instead of being an error."""
     if not path.exists():
         raise DataError(f"dataset not found: {path}")
+    if path.suffix == ".json" and path.read_text().lstrip().startswith("["):
+        return list(enumerate(_read_json_array(path), start=1))
     if path.suffix in {".jsonl", ".json"}:
         rows = []
         with path.open() as handle:
@@ -83,15 +111,55 @@ def _numbered_rows(
                     continue
                 rows.append((line_number, row))
         return rows
+    if not path.is_dir() and path.suffix not in _DATASETS_BUILDERS:
+        raise DataError(
+            f"{path}: unknown dataset format {path.suffix!r}: use .jsonl, .json, .csv, .tsv, "
+            ".parquet, .arrow or a folder written by datasets' save_to_disk"
+        )
     try:
         import datasets
     except ImportError:
-        raise DataError(f"{path}: only .jsonl is readable without the `datasets` extra") from None
+        raise DataError(
+            f"{path}: reading {path.suffix or 'a folder'} needs the `datasets` extra "
+            "(pip install 'grpo[datasets]'); .jsonl needs nothing"
+        ) from None
     if path.is_dir():
-        loaded = datasets.load_from_disk(str(path))
-    else:
-        loaded = datasets.load_dataset(path.suffix.lstrip("."), data_files=str(path), split="train")
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except FileNotFoundError as error:
+            raise DataError(f"{path}: not a datasets save_to_disk folder ({error})") from None
+        if isinstance(loaded, datasets.DatasetDict):
+            raise DataError(
+                f"{path} holds the splits {sorted(loaded)}: point at one of them, "
+                f"e.g. {path / next(iter(loaded))}"
+            )
+        return list(enumerate(loaded, start=1))
+    builder, options = _DATASETS_BUILDERS[path.suffix]
+    loaded = datasets.load_dataset(builder, data_files=str(path), split="train", **options)
     return list(enumerate(loaded, start=1))
+
+
+def reference_answer(text: Any, answer_format: str) -> str | None:
+    """The final answer of a reference solution, or None when it has none.
+
+    ``plain``: the value itself. ``gsm8k``: the rest of the text after the last ``####``
+    (GSM8K's "…reasoning… #### 72" → "72"). ``math``: the contents of the last
+    ``\\boxed{…}`` (MATH's solutions).
+    """
+    if answer_format == "plain":
+        return text
+    from grpo.rewards.math import last_boxed
+
+    text = str(text)
+    if answer_format == "gsm8k":
+        tail = text.rsplit("####", 1)[1].strip() if "####" in text else ""
+        return tail.splitlines()[0].strip() if tail else None
+    if answer_format == "math":
+        boxed = last_boxed(text)
+        return boxed.strip() if boxed else None
+    raise DataError(
+        f"data.answer_format must be one of {list(ANSWER_FORMATS)}, got {answer_format!r}"
+    )
 
 
 def format_prompt(text: str, tokenizer: Any, *, chat_template: bool, system_prompt: str) -> str:
@@ -104,8 +172,9 @@ def format_prompt(text: str, tokenizer: Any, *, chat_template: bool, system_prom
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
-def _row_problem(row: dict[str, Any], prompt_column: str, columns: list[str]) -> str | None:
-    """Why a row cannot be used (a short reason, the key of ``skipped``), or None."""
+def _row_problem(row: dict[str, Any], prompt_column: str, columns: dict[str, str]) -> str | None:
+    """Why a row cannot be used (a short reason, the key of ``skipped``), or None.
+    ``columns``: each required column → how an error names it."""
     if prompt_column not in row:
         return f"missing the prompt column {prompt_column!r}"
     text = row[prompt_column]
@@ -113,7 +182,7 @@ def _row_problem(row: dict[str, Any], prompt_column: str, columns: list[str]) ->
         return f"column {prompt_column!r} not a string"
     if not text.strip():
         return "empty prompt"
-    missing = [name for name in columns if name not in row]
+    missing = [label for name, label in columns.items() if name not in row]
     if missing:
         return f"missing column(s) {missing}"
     return None
@@ -129,27 +198,60 @@ def load_prompt_dataset(
     chat_template: bool = False,
     system_prompt: str = "",
     skip_bad_rows: bool = False,
+    column_map: dict[str, str] | None = None,
+    answer_format: str = "plain",
 ) -> PromptDataset:
-    """Every row checked and tokenized. A bad row (missing the prompt or a column the first
-    row has, an empty prompt, a prompt over ``max_prompt_tokens`` unless truncated) is a
-    :class:`DataError` naming the file and row, or with ``skip_bad_rows`` left out and
-    counted in ``skipped``."""
+    """Read, check, format and tokenize every row of a prompt dataset.
+
+    A bad row (missing the prompt or a column the first row has, an empty prompt, a prompt
+    over ``max_prompt_tokens`` unless truncated) is a :class:`DataError` naming the file and
+    row, or with ``skip_bad_rows`` left out and counted in ``skipped``. ``column_map`` maps
+    the names reward functions see to the dataset's columns (e.g. ``{"answer":
+    "solution"}``); the dataset's own columns are passed as well. ``answer_format`` (see
+    :func:`reference_answer`) then reduces the ``answer`` column to the final answer.
+    """
     skipped: dict[str, list[int]] = {}
     rows = _numbered_rows(Path(path), skipped if skip_bad_rows else None)
     if not rows:
         raise DataError(f"{path}: the dataset is empty")
+    column_map = dict(column_map or {})
+    if prompt_column not in rows[0][1] and not skip_bad_rows:
+        raise DataError(
+            f"{path}: no column {prompt_column!r} (data.prompt_column); "
+            f"its columns are {sorted(rows[0][1])}"
+        )
+    if answer_format != "plain" and "answer" not in column_map and "answer" not in rows[0][1]:
+        raise DataError(
+            f"{path}: data.answer_format = {answer_format!r} reads the 'answer' column, which "
+            f'it lacks: map one with data.column_map = {{ answer = "..." }}'
+        )
     prompts, token_ids = [], []
-    column_names = [name for name in rows[0][1] if name != prompt_column]
+    own_columns = [name for name in rows[0][1] if name != prompt_column]
+    column_names = own_columns + [name for name in column_map if name not in own_columns]
+    required = {name: name for name in own_columns} | {
+        source: f"{source} (data.column_map.{name})" for name, source in column_map.items()
+    }
     columns: dict[str, list[Any]] = {name: [] for name in column_names}
     long_reason = f"over data.max_prompt_tokens = {max_prompt_tokens}"
     for row_number, row in rows:
         where = f"{path}: row {row_number}"
-        problem = _row_problem(row, prompt_column, column_names)
+        problem = _row_problem(row, prompt_column, required)
         if problem is not None:
             if not skip_bad_rows:
                 raise DataError(f"{where}: {problem} (data.skip_bad_rows = true skips such rows)")
             skipped.setdefault(problem, []).append(row_number)
             continue
+        task = {name: row[name] for name in own_columns}
+        task.update({name: row[source] for name, source in column_map.items()})
+        if answer_format != "plain":
+            answer = reference_answer(task["answer"], answer_format)
+            if answer is None:
+                expected = "'#### <answer>'" if answer_format == "gsm8k" else "a \\boxed{...}"
+                raise DataError(
+                    f"{where}: data.answer_format = {answer_format!r} but its answer has no "
+                    f"{expected}: {str(task['answer'])[:80]!r}"
+                )
+            task["answer"] = answer
         prompt = format_prompt(
             row[prompt_column], tokenizer, chat_template=chat_template, system_prompt=system_prompt
         )
@@ -169,7 +271,7 @@ def load_prompt_dataset(
         prompts.append(prompt)
         token_ids.append(ids)
         for name in column_names:
-            columns[name].append(row[name])
+            columns[name].append(task[name])
     if not prompts:
         raise DataError(f"{path}: no usable row ({sum(map(len, skipped.values()))} skipped)")
     return PromptDataset(
@@ -192,6 +294,8 @@ def load_dataset_for(path: str | Path, tokenizer: Any, data: Any) -> PromptDatas
         chat_template=data.chat_template,
         system_prompt=data.system_prompt,
         skip_bad_rows=data.skip_bad_rows,
+        column_map=data.column_map,
+        answer_format=data.answer_format,
     )
 
 

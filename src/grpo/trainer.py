@@ -61,9 +61,10 @@ from grpo.dynamic_sampling import (
 )
 from grpo.evaluate import held_out_evaluator
 from grpo.faults import GracefulStop, NonFiniteGuard
-from grpo.metrics import MetricsLog, console_line
+from grpo.metrics import open_metrics_log
 from grpo.models import eos_token_ids, load_policy, load_reference, load_tokenizer
 from grpo.optim import build_optimizer
+from grpo.progress import step_progress
 from grpo.rewards.runner import (
     RewardError,
     RewardFunction,
@@ -240,11 +241,8 @@ def _train(
         f"({trainable:,} trainable parameters) on {placement}; reference: {reference_kind}"
     )
     say(f"grpo: {plan.describe()}")
-    log = MetricsLog(
-        run_dir,
-        tensorboard=train_cfg.tensorboard,
-        enabled=dist.is_main,
-        purge_step=start_step + 1 if resuming else 0,
+    log = open_metrics_log(
+        config, enabled=dist.is_main, purge_step=start_step + 1 if resuming else 0
     )
     guard = NonFiniteGuard(train_cfg.max_consecutive_skips, run_dir)
     stopped_by = None
@@ -254,13 +252,7 @@ def _train(
         log.write(0, {"eval/accuracy": accuracy})
         history.append({"step": 0, "eval/accuracy": accuracy})
         say(f"grpo: held-out greedy accuracy before training: {accuracy:.1%}")
-    progress = None
-    if verbose and train_cfg.progress and dist.is_main:
-        from tqdm.auto import tqdm
-
-        progress = tqdm(
-            total=train_cfg.steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True
-        )
+    progress = step_progress(train_cfg, start_step, enabled=verbose and dist.is_main)
 
     def checkpoint(step: int) -> None:
         model_state = full_model_state(trained, dist)  # FSDP: gathered from every process
@@ -447,10 +439,10 @@ def _train(
             metrics["accuracy"] = (accuracy_B >= 1.0).float().mean().item()
         history.append({"step": step, **metrics})
         log.write(step, metrics)
-        if progress is not None:
-            progress.update(1)
-            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-                progress.write(console_line(step, train_cfg.steps, metrics))
+        prompt_texts = [dataset.prompts[i] for i in row_prompts]  # the last round's rows
+        last_round_B = advantages_B[-plan.sequences_per_step :][rows]
+        log.completions(step, prompt_texts, completions, scores, last_round_B)
+        progress.update(step, metrics)
 
         # --- 7. Checkpoint (rank 0 writes); stop on K non-finite updates or a signal ------
         if warning := guard.record(step, metrics, updates=algo.inner_iterations * keep_B.any()):
@@ -463,8 +455,7 @@ def _train(
             stopped_by = stop.received or "a signal to another process"
             break
 
-    if progress is not None:
-        progress.close()
+    progress.close()
     log.close()
     if stopped_by is not None:
         dist.barrier()

@@ -8,6 +8,7 @@ mixed outcomes and GRPO has signal.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from importlib import resources
@@ -21,13 +22,15 @@ from grpo.demo.model import build_tiny_llama
 from grpo.demo.task import make_splits, write_jsonl
 from grpo.demo.tokenizer import build_char_tokenizer
 from grpo.demo.warm_start import supervised_warm_start
-from grpo.evaluate import greedy_completions
+from grpo.evaluate import EvalReport, evaluate_model
 from grpo.metrics import text_curve
-from grpo.rewards.math import answers_match
+from grpo.rewards.math import numeric_answer
+from grpo.rewards.runner import RewardFunction
 
 WARM_START_TARGET = 0.30  # stop the warm start at this greedy accuracy on the dev split
 WARM_START_CHUNK = 50
 WARM_START_MAX_STEPS = 4000
+PASS_AT_SAMPLES = 8  # sampled completions per test problem for pass@k, before and after
 
 
 def problem_kind(prompt: str) -> str:
@@ -36,20 +39,28 @@ def problem_kind(prompt: str) -> str:
     return {"+": f"add {width}-digit", "-": "subtract 2-digit", "*": "multiply 1-digit"}[operator]
 
 
-def per_kind_accuracy(
-    model, tokenizer, dataset: PromptDataset, max_new_tokens: int
-) -> dict[str, float]:
-    completions = greedy_completions(
-        model, tokenizer, dataset.prompt_token_ids, max_new_tokens=max_new_tokens
+def evaluate_by_kind(
+    model, tokenizer, dataset: PromptDataset, max_new_tokens: int, samples: int = 0
+) -> tuple[dict[str, float], EvalReport]:
+    """Greedy accuracy per problem kind (and overall), with ``grpo eval``'s evaluation:
+    the numeric-answer reward; with ``samples`` > 0 also pass@1 and pass@``samples``."""
+    reward = RewardFunction(name="numeric_answer", fn=numeric_answer)
+    report = evaluate_model(
+        model,
+        tokenizer,
+        dataset,
+        [reward],
+        reward,
+        max_new_tokens=max_new_tokens,
+        samples=samples,
+        ks=sorted({1, samples}) if samples else (),
     )
     hits: dict[str, list[bool]] = defaultdict(list)
-    for prompt, completion, answer in zip(
-        dataset.prompts, completions, dataset.columns["answer"], strict=True
-    ):
-        correct = answers_match(completion.strip(), answer)
+    for prompt, correct in zip(dataset.prompts, report.greedy_correct, strict=True):
         hits[problem_kind(prompt)].append(correct)
         hits["all"].append(correct)
-    return {kind: sum(values) / len(values) for kind, values in sorted(hits.items())}
+    by_kind = {kind: sum(values) / len(values) for kind, values in sorted(hits.items())}
+    return by_kind, report
 
 
 def warm_start(
@@ -62,7 +73,7 @@ def warm_start(
             model, tokenizer, train_rows, steps=WARM_START_CHUNK, lr=1e-3, seed=steps
         )
         steps += WARM_START_CHUNK
-        accuracy = per_kind_accuracy(model, tokenizer, probe, max_new_tokens=6)["all"]
+        accuracy = evaluate_by_kind(model, tokenizer, probe, max_new_tokens=6)[0]["all"]
         if accuracy >= WARM_START_TARGET:
             break
     model.save_pretrained(str(base_dir), safe_serialization=True)
@@ -110,16 +121,21 @@ def run_demo(
     from transformers import AutoModelForCausalLM
 
     base_model = AutoModelForCausalLM.from_pretrained(str(base_dir)).eval()
-    before = per_kind_accuracy(base_model, tokenizer, test_set, config.rollout.max_new_tokens)
+    max_new_tokens = config.rollout.max_new_tokens
+    before, before_report = evaluate_by_kind(
+        base_model, tokenizer, test_set, max_new_tokens, samples=PASS_AT_SAMPLES
+    )
     say(f"grpo demo: training with `grpo train {config_path}`")
     from grpo.trainer import train
 
     grpo_started = time.perf_counter()
     result = train(config)
     grpo_seconds = time.perf_counter() - grpo_started
-    after = per_kind_accuracy(
-        result.model.eval(), tokenizer, test_set, config.rollout.max_new_tokens
+    after, after_report = evaluate_by_kind(
+        result.model.eval(), tokenizer, test_set, max_new_tokens, samples=PASS_AT_SAMPLES
     )
+    for name, report in (("before", before_report), ("after", after_report)):
+        (work_dir / f"eval_{name}.json").write_text(json.dumps(report.summary(), indent=2))
 
     rewards = [row["reward/mean"] for row in result.history if "reward/mean" in row]
     say("\nmean reward per step (training prompts, sampled at temperature 1):")
@@ -135,6 +151,13 @@ def run_demo(
             continue  # the easy kinds have few distinct problems; nearly all are in training
         change = 100 * (after[kind] - before[kind])
         say(f"  {kind:<20}{counts[kind]:>6}{before[kind]:>9.1%}{after[kind]:>12.1%}{change:>+8.1f}")
+    for k in before_report.pass_at:
+        change = 100 * (after_report.pass_at[k] - before_report.pass_at[k])
+        label = f"pass@{k} ({PASS_AT_SAMPLES} samples, T=1)"
+        say(
+            f"  {label:<26}{before_report.pass_at[k]:>9.1%}"
+            f"{after_report.pass_at[k]:>12.1%}{change:>+8.1f}"
+        )
     total_seconds = time.perf_counter() - started
     say(
         f"\nwarm start {warm['steps']} steps; GRPO {config.train.steps} steps in "
@@ -143,10 +166,13 @@ def run_demo(
     say(
         f"run directory: {run_dir} (metrics.jsonl, tensorboard/, final/ loads with from_pretrained)"
     )
-    say(f"plot again with: grpo plot {run_dir}")
+    say(f"plot again with: grpo plot {run_dir}; plots and samples: grpo report {run_dir}")
+    say(f"evaluate again with: grpo eval {result.final_dir} --data {test_path} --samples 8")
     return {
         "before": before,
         "after": after,
+        "eval_before": before_report.summary(),
+        "eval_after": after_report.summary(),
         "warm_start": warm,
         "grpo_seconds": grpo_seconds,
         "total_seconds": total_seconds,

@@ -74,6 +74,9 @@ def _last_boxed(text: str) -> str | None:
     return None  # unbalanced: cut off mid-answer
 
 
+last_boxed = _last_boxed  # public: data.py reads MATH-style reference solutions with it
+
+
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion, by the first of these forms that is present.
 
