@@ -1,7 +1,7 @@
 """grpo vs TRL's GRPOTrainer: step time, its split, tokens/s, peak RSS, the machine's ceiling.
 
     pip install -e ".[bench]"            # TRL 1.16, for this benchmark only
-    python benchmarks/trl_compare.py [--steps 4] [--threads N] [--scaling] [--cap-gb 8]
+    python benchmarks/trl_compare.py [--steps 4] [--threads N] [--scaling] [--cap-gb 14]
 
 Builds, locally and with random weights, a Llama (hidden 512, intermediate 1376, 8 layers,
 8 heads, untied embeddings; ~58M parameters at vocabulary 32000), a word-level tokenizer of
@@ -240,7 +240,7 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=16, help="grpo sequences per pass")
     parser.add_argument("--scaling", action="store_true", help="also the memory-scaling table")
     parser.add_argument("--scaling-only", action="store_true")
-    parser.add_argument("--cap-gb", type=float, default=8.0, help="kill a child above this RSS")
+    parser.add_argument("--cap-gb", type=float, default=14.0, help="kill a child above this RSS")
     parser.add_argument(
         "--grid",
         type=lambda text: [tuple(int(n) for n in point.split("x")) for point in text.split(",")],
