@@ -28,7 +28,7 @@ from torch import nn
 
 from grpo.config import AlgorithmConfig, Config
 from grpo.logprobs import positions_from_mask
-from grpo.models import DTYPES, _disable_dropout, require_local_directory
+from grpo.models import DTYPES, _disable_dropout, lora_config, require_local_directory
 from grpo.ppo import gae, terminal_rewards, value_loss, whiten
 from grpo.update import TrainBatch, policy_update
 
@@ -78,18 +78,9 @@ def load_critic(config: Config, device: torch.device) -> Critic:
     if model_cfg.gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.lora_rank > 0:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        targets = model_cfg.lora_target_modules
-        body = get_peft_model(
-            body,
-            LoraConfig(
-                r=model_cfg.lora_rank,
-                lora_alpha=model_cfg.lora_alpha,
-                lora_dropout=model_cfg.lora_dropout,
-                target_modules=targets[0] if targets == ["all-linear"] else targets,
-            ),
-        )
+        body = get_peft_model(body, lora_config(model_cfg))
         if model_cfg.gradient_checkpointing:
             body.enable_input_require_grads()
     hidden_size = body.config.get_text_config().hidden_size

@@ -84,6 +84,20 @@ def _disable_dropout(model: nn.Module) -> None:
             module.p = 0.0
 
 
+def lora_config(config: ModelConfig, task_type: str | None = None) -> Any:
+    """The peft ``LoraConfig`` of ``model.lora_*`` (rank, alpha, dropout, target modules)."""
+    from peft import LoraConfig
+
+    targets = config.lora_target_modules
+    return LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=targets[0] if targets == ["all-linear"] else targets,
+        task_type=task_type,
+    )
+
+
 def load_policy(
     config: ModelConfig, device: torch.device, *, adapter_path: str | None = None
 ) -> nn.Module:
@@ -97,7 +111,7 @@ def load_policy(
         _disable_dropout(model)
     if config.lora_rank > 0:
         try:
-            from peft import LoraConfig, PeftModel, get_peft_model
+            from peft import PeftModel, get_peft_model
         except ImportError:
             raise ImportError(
                 "model.lora_rank > 0 needs the `peft` extra: pip install 'grpo[peft]'"
@@ -105,17 +119,7 @@ def load_policy(
         if adapter_path:
             model = PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
         else:
-            targets = config.lora_target_modules
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=config.lora_rank,
-                    lora_alpha=config.lora_alpha,
-                    lora_dropout=config.lora_dropout,
-                    target_modules=targets[0] if targets == ["all-linear"] else targets,
-                    task_type="CAUSAL_LM",
-                ),
-            )
+            model = get_peft_model(model, lora_config(config, task_type="CAUSAL_LM"))
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if config.lora_rank > 0:
