@@ -30,7 +30,7 @@ MODES = {
 
 def build_task(work_dir: Path, train_prompts: int, eval_prompts: int, say) -> dict[str, Path]:
     """Warm-started base model, a mixed-difficulty training set and a held-out set."""
-    from grpo.data import PromptDataset
+    from grpo.data.dataset import PromptDataset
     from grpo.demo.run import problem_kind, warm_start
     from grpo.demo.task import make_splits, write_jsonl
     from grpo.demo.tokenizer import build_char_tokenizer
@@ -61,8 +61,8 @@ def build_task(work_dir: Path, train_prompts: int, eval_prompts: int, say) -> di
 def run_mode(paths: dict[str, Path], run_dir: Path, mode: str, seed: int, args) -> list[dict]:
     """Train until the budget of generated samples is spent; returns the metrics rows."""
     from grpo.config import load_config
-    from grpo.metrics import read_metrics
-    from grpo.trainer import train
+    from grpo.log.metrics import read_metrics
+    from grpo.training.loop import train
 
     template = resources.files("grpo.demo").joinpath("default.toml").read_text()
     config_path = run_dir.parent / f"{run_dir.name}.toml"

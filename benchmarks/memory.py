@@ -1,7 +1,7 @@
 """Peak training memory, measured: GRPO vs PPO (and LoRA vs full) next to the planner's prediction.
 
 Each configuration trains the same random-weight Llama (built from a config, ~75M
-parameters by default) on the same batch for ``--steps`` steps with ``grpo.trainer.train``,
+parameters by default) on the same batch for ``--steps`` steps with ``grpo.training.loop.train``,
 each in its own fresh process, so one run's allocations cannot hide in another's peak.
 
 What is measured, per process:
@@ -12,7 +12,7 @@ What is measured, per process:
 - CUDA (``--device cuda``): ``torch.cuda.max_memory_allocated`` (tensors only; the CUDA
   context and allocator cache are not in it), so the baseline is 0.
 
-The planner (:func:`grpo.memory.plan_memory`) is given the same model config, fp32 AdamW,
+The planner (:func:`grpo.tools.memory.plan_memory`) is given the same model config, fp32 AdamW,
 the reference loaded (β > 0), no reward model (the reward is a Python function), the
 micro-batch (sequences × (prompt + new tokens)) and ``critic_update="separate"``, which is
 how grpo's PPO runs (the policy's gradients are freed before the critic's backward).
@@ -85,10 +85,10 @@ def child(args: argparse.Namespace) -> None:
     import torch
     import transformers
 
-    import grpo.trainer
+    import grpo.training.loop
     from grpo.config import load_config
-    from grpo.data import load_dataset_for
-    from grpo.models import load_tokenizer
+    from grpo.data.dataset import load_dataset_for
+    from grpo.models.loading import load_tokenizer
     from grpo.rewards.runner import RewardFunction
 
     transformers.utils.logging.set_verbosity_error()
@@ -106,7 +106,7 @@ def child(args: argparse.Namespace) -> None:
         torch.ones(4, 4) @ torch.ones(4, 4)
     else:
         peaks: dict[str, int] = {}
-        real_save = grpo.trainer.save_model
+        real_save = grpo.training.loop.save_model
 
         def save_after_measuring(*a, **k):
             peaks.update(memory_status())
@@ -114,9 +114,9 @@ def child(args: argparse.Namespace) -> None:
                 peaks["cuda"] = torch.cuda.max_memory_allocated()
             return real_save(*a, **k)
 
-        grpo.trainer.save_model = save_after_measuring  # measure, then export as usual
+        grpo.training.loop.save_model = save_after_measuring  # measure, then export as usual
         started = time.perf_counter()
-        history = grpo.trainer.train(config, reward_functions=rewards, verbose=False).history
+        history = grpo.training.loop.train(config, reward_functions=rewards, verbose=False).history
         result["seconds"] = time.perf_counter() - started
         result["groups_trained"] = [row["groups_trained"] for row in history]
         result["value_loss"] = [row.get("value_loss") for row in history]
@@ -148,7 +148,7 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[int, int]:
 
 def predicted(args: argparse.Namespace, work: Path, longest_prompt: int) -> dict[int, object]:
     """The planner's plans for full fine-tuning (0) and LoRA (16), as the runs are configured."""
-    from grpo.memory import architecture_from_config, plan_memory
+    from grpo.tools.memory import architecture_from_config, plan_memory
 
     architecture = architecture_from_config(str(work / "model"))
     return {

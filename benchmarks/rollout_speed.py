@@ -32,7 +32,8 @@ def main() -> None:
 
     from grpo.demo.model import build_tiny_llama
     from grpo.demo.tokenizer import build_char_tokenizer
-    from grpo.rollout import SamplingParams, TransformersEngine
+    from grpo.rollout.engine import SamplingParams
+    from grpo.rollout.hf_engine import TransformersEngine
 
     transformers.utils.logging.set_verbosity_error()
     tokenizer = build_char_tokenizer()

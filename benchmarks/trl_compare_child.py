@@ -94,17 +94,18 @@ class PhaseClock:
 
 
 def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
-    import grpo.trainer as trainer_module
-    import grpo.update as update_module
+    import grpo.training.engines as engines_module
+    import grpo.training.loop as trainer_module
+    import grpo.training.update as update_module
     from grpo.config import load_config
     from grpo.rewards import RewardFunction
-    from grpo.rollout import TransformersEngine
+    from grpo.rollout.hf_engine import TransformersEngine
 
     TransformersEngine.generate = clock.wrap("rollout", TransformersEngine.generate)
     update_module._reference_logprobs = clock.wrap("reference", update_module._reference_logprobs)
     update_module._micro_step = clock.wrap("policy", update_module._micro_step)
     torch.optim.AdamW.step = clock.wrap("optimizer", torch.optim.AdamW.step)
-    trainer_module.eos_token_ids = lambda *_: set()  # no early EOS: every row runs T tokens
+    engines_module.eos_token_ids = lambda *_: set()  # no early EOS: every row runs T tokens
 
     # Steps are delimited by the engine's calls: a step starts with its rollout.
     original_generate = TransformersEngine.generate

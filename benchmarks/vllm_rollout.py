@@ -1,4 +1,4 @@
-"""Rollout throughput on one GPU: vLLM (``grpo.vllm_engine``) vs the built-in engine.
+"""Rollout throughput on one GPU: vLLM (``grpo.rollout.vllm_engine``) vs the built-in engine.
 
 Both engines roll out G completions for each of the same prompts from the same local model
 directory at the same temperature, returning the sampled tokens' log-probs; tokens/s counts
@@ -44,7 +44,7 @@ def main() -> int:
     args = parser.parse_args()
 
     try:
-        from grpo.vllm_engine import import_vllm
+        from grpo.rollout.vllm_engine import import_vllm
 
         import_vllm()
     except (ImportError, RuntimeError) as error:
@@ -53,10 +53,11 @@ def main() -> int:
 
     import transformers
 
-    from grpo.logprobs import completion_logprobs
-    from grpo.models import DTYPES
-    from grpo.rollout import SamplingParams, TransformersEngine
-    from grpo.vllm_engine import VLLMEngine
+    from grpo.models.loading import DTYPES
+    from grpo.models.logprobs import completion_logprobs
+    from grpo.rollout.engine import SamplingParams
+    from grpo.rollout.hf_engine import TransformersEngine
+    from grpo.rollout.vllm_engine import VLLMEngine
 
     transformers.utils.logging.set_verbosity_error()
     model_dir = Path(args.model) if args.model else _build_model(Path(tempfile.mkdtemp()))

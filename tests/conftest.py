@@ -36,7 +36,7 @@ def trained_run_dir(
     from grpo.config import load_config
     from grpo.rewards import numeric_answer
     from grpo.rewards.runner import RewardFunction
-    from grpo.trainer import train
+    from grpo.training.loop import train
 
     def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
         return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]

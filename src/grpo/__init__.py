@@ -1,15 +1,37 @@
 """grpo: Group Relative Policy Optimization for Hugging Face causal language models.
 
 The algorithm core is pure tensor functions: :func:`group_advantages`,
-:func:`leave_one_out_advantages`,
-:func:`zero_variance_groups`, :func:`policy_loss`, :func:`aggregate`, :func:`kl_penalty`.
-:func:`train` runs the whole loop from a :class:`Config` (see :func:`load_config`).
-"""
+:func:`leave_one_out_advantages`, :func:`zero_variance_groups`, :func:`policy_loss`,
+:func:`aggregate`, :func:`kl_penalty`. :func:`train` runs the whole loop from a
+:class:`Config` (see :func:`load_config`).
 
-from grpo.advantages import group_advantages, leave_one_out_advantages, zero_variance_groups
+Shape letters. A tensor's name ends in the letters of its dimensions, and each letter
+means one thing everywhere:
+
+    B  rows: one sampled completion each (of a step, a round, a process or a micro-batch)
+    N  groups: one prompt each, G rows apiece; row b belongs to group b // G, B = N·G
+    G  the group size
+    T  completion token positions (right-padded)
+    P  prompt token positions (left-padded)
+    L  a whole sequence, P + T
+    V  the vocabulary
+    H  the model's hidden size
+    F  token positions flattened out of (B, T), the rows of a matrix (chunked LM head)
+    C  a chunk of F
+    D  dataset prompts (per-prompt statistics)
+    W  processes (the world size)
+    K  named columns stacked into one tensor (collectives)
+    X  any one of P, T or L (helpers that pad either side)
+    1  a kept singleton dimension, for broadcasting
+
+So ``advantages_B`` is one advantage per completion, ``advantages_BT`` one per completion
+token (PPO's GAE, or GRPO's A_i expanded along T), ``rewards_NG`` a step's rewards by group.
+"""
+from grpo.algo.advantages import group_advantages, leave_one_out_advantages
+from grpo.algo.groups import zero_variance_groups
+from grpo.algo.kl import kl_penalty
+from grpo.algo.losses import aggregate, policy_loss
 from grpo.config import Config, ConfigError, load_config
-from grpo.kl import kl_penalty
-from grpo.losses import aggregate, policy_loss
 
 __version__ = "0.1.0"
 
@@ -30,7 +52,7 @@ __all__ = [
 def __getattr__(name: str):
     # The trainer pulls in transformers; import it only when asked for.
     if name == "train":
-        from grpo.trainer import train
+        from grpo.training.loop import train
 
         return train
     raise AttributeError(f"module 'grpo' has no attribute {name!r}")

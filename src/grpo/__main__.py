@@ -1,3 +1,3 @@
-from grpo.cli import main
+from grpo.tools.cli import main
 
 raise SystemExit(main())

@@ -131,6 +131,6 @@ def test_runs_under_the_runner_with_options_bound(model_dir: Path) -> None:
     fn = functools.wraps(reward_model)(
         functools.partial(reward_model, path=str(model_dir), device="cpu")
     )
-    scores = score_completions([RewardFunction("rm", fn)], PROMPTS, COMPLETIONS, {}, group_size=2)
+    scores = score_completions([RewardFunction("rm", fn)], PROMPTS, COMPLETIONS, {})
     assert scores.per_function["rm"].shape == (4,)
     assert scores.metrics["reward/rm/errors"] == 0.0

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from grpo.algo.groups import skipped_groups
 from grpo.config import RewardConfig
 from grpo.rewards import RewardError, RewardFunction, resolve_reward_functions, score_completions
 
@@ -83,9 +84,7 @@ IDS = [case[0].__name__ for case in FAILURES]
 
 
 def run(*functions: RewardFunction):
-    return score_completions(
-        list(functions), PROMPTS, COMPLETIONS, {"answer": ["1"] * 4}, group_size=G
-    )
+    return score_completions(list(functions), PROMPTS, COMPLETIONS, {"answer": ["1"] * 4})
 
 
 @pytest.mark.parametrize(("fn", "timeout", "bad_rows", "words", "named_row"), FAILURES, ids=IDS)
@@ -126,15 +125,16 @@ def test_zero_substitutes_only_failing_rows_and_counts_them(
 
 
 @pytest.mark.parametrize(("fn", "timeout", "bad_rows", "words", "named_row"), FAILURES, ids=IDS)
-def test_skip_group_marks_whole_groups_of_failing_rows(
+def test_skip_group_marks_the_failing_rows_and_their_groups_are_skipped(
     fn, timeout, bad_rows, words, named_row
 ) -> None:
     scores = run(
         RewardFunction("ok", ones),
         RewardFunction("flaky", fn, timeout_s=timeout, on_error="skip_group"),
     )
+    assert scores.skip_B.tolist() == [row in bad_rows for row in range(4)]
     bad_groups = {row // G for row in bad_rows}
-    assert scores.skip_B.tolist() == [row // G in bad_groups for row in range(4)]
+    assert skipped_groups(scores.skip_B, G).tolist() == [n in bad_groups for n in range(4 // G)]
     assert scores.metrics["reward/flaky/errors"] == len(bad_rows)
     assert all(math.isfinite(v) for v in scores.total_B.tolist())
 
@@ -220,8 +220,3 @@ def test_resolve_binds_options_and_keeps_attributes() -> None:
     assert (numeric.name, numeric.timeout_s, numeric.on_error) == ("numeric_answer", 2.0, "zero")
     assert getattr(numeric.fn, "is_accuracy", False)
     assert maths.fn([""], ["\\boxed{3.14}"], answer=["3.141"]) == [1.0]
-
-
-def test_groups_must_divide_the_batch() -> None:
-    with pytest.raises(ValueError, match="groups of 3"):
-        score_completions([RewardFunction("ok", ones)], PROMPTS, COMPLETIONS, {}, group_size=3)

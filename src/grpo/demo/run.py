@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from grpo.config import load_config
-from grpo.data import PromptDataset, load_prompt_dataset
+from grpo.data.dataset import PromptDataset, load_prompt_dataset
 from grpo.demo.model import build_tiny_llama
 from grpo.demo.task import make_splits, write_jsonl
 from grpo.demo.tokenizer import build_char_tokenizer
 from grpo.demo.warm_start import supervised_warm_start
-from grpo.evaluate import EvalReport, evaluate_model
-from grpo.metrics import text_curve
+from grpo.eval.evaluate import EvalReport, evaluate_model
+from grpo.log.metrics import text_curve
 from grpo.rewards.math import numeric_answer
 from grpo.rewards.runner import RewardFunction
 
@@ -83,7 +85,11 @@ def warm_start(
 
 
 def run_demo(
-    work_dir: Path, *, overrides: list[str] | None = None, quick: bool = False, say=print
+    work_dir: Path,
+    *,
+    overrides: list[str] | None = None,
+    quick: bool = False,
+    say: Callable[[str], None] = print,
 ) -> dict:
     """Run the whole demo in ``work_dir``; returns accuracies before and after, and timings."""
     started = time.perf_counter()
@@ -95,24 +101,15 @@ def run_demo(
     dev_rows, test_rows = held_out[:200], held_out[200:]
     train_path = write_jsonl(train_rows, work_dir / "train.jsonl")
     test_path = write_jsonl(test_rows, work_dir / "test.jsonl")
-    probe = PromptDataset(
-        source="probe",
-        prompts=[row["prompt"] for row in dev_rows],
-        prompt_token_ids=[tokenizer(row["prompt"])["input_ids"] for row in dev_rows],
-        columns={"answer": [row["answer"] for row in dev_rows]},
-    )
+    probe = _probe_dataset(dev_rows, tokenizer)
     say(
         f"grpo demo: {len(train_rows)} training, {len(dev_rows)} dev and {len(test_rows)} test "
         f"arithmetic problems in {work_dir}"
     )
     warm = warm_start(base_dir, train_rows, probe, tokenizer, say)
 
-    template = resources.files("grpo.demo").joinpath("default.toml").read_text()
-    config_path = work_dir / "grpo.toml"
-    config_path.write_text(
-        template.format(
-            base_dir=base_dir, train_path=train_path, test_path=test_path, run_dir=run_dir
-        )
+    config_path = _write_config(
+        work_dir, base_dir=base_dir, train_path=train_path, test_path=test_path, run_dir=run_dir
     )
     quick_overrides = ["train.steps=6", "eval.every=0", "train.log_every=2"] if quick else []
     config = load_config(config_path, quick_overrides + list(overrides or []))
@@ -126,7 +123,7 @@ def run_demo(
         base_model, tokenizer, test_set, max_new_tokens, samples=PASS_AT_SAMPLES
     )
     say(f"grpo demo: training with `grpo train {config_path}`")
-    from grpo.trainer import train
+    from grpo.training.loop import train
 
     grpo_started = time.perf_counter()
     result = train(config)
@@ -137,27 +134,8 @@ def run_demo(
     for name, report in (("before", before_report), ("after", after_report)):
         (work_dir / f"eval_{name}.json").write_text(json.dumps(report.summary(), indent=2))
 
-    rewards = [row["reward/mean"] for row in result.history if "reward/mean" in row]
-    say("\nmean reward per step (training prompts, sampled at temperature 1):")
-    say(text_curve(rewards, label="reward/mean"))
-    say(f"\nheld-out greedy accuracy ({len(test_set)} problems never trained on):")
-    say(f"  {'problems':<20}{'count':>6}{'base':>9}{'after GRPO':>12}{'change':>9}")
-    counts = defaultdict(int)
-    for prompt in test_set.prompts:
-        counts[problem_kind(prompt)] += 1
-    counts["all"] = len(test_set)
-    for kind in before:
-        if counts[kind] < 20 and kind != "all":
-            continue  # the easy kinds have few distinct problems; nearly all are in training
-        change = 100 * (after[kind] - before[kind])
-        say(f"  {kind:<20}{counts[kind]:>6}{before[kind]:>9.1%}{after[kind]:>12.1%}{change:>+8.1f}")
-    for k in before_report.pass_at:
-        change = 100 * (after_report.pass_at[k] - before_report.pass_at[k])
-        label = f"pass@{k} ({PASS_AT_SAMPLES} samples, T=1)"
-        say(
-            f"  {label:<26}{before_report.pass_at[k]:>9.1%}"
-            f"{after_report.pass_at[k]:>12.1%}{change:>+8.1f}"
-        )
+    _say_reward_curve(result.history, say)
+    _say_before_and_after(test_set, (before, before_report), (after, after_report), say)
     total_seconds = time.perf_counter() - started
     say(
         f"\nwarm start {warm['steps']} steps; GRPO {config.train.steps} steps in "
@@ -178,3 +156,64 @@ def run_demo(
         "total_seconds": total_seconds,
         "history": result.history,
     }
+
+
+def _probe_dataset(dev_rows: list[dict], tokenizer: Any) -> PromptDataset:
+    """The dev split, tokenized as it is (no file, no template), for the warm start's probe."""
+    return PromptDataset(
+        source="probe",
+        prompts=[row["prompt"] for row in dev_rows],
+        prompt_token_ids=[tokenizer(row["prompt"])["input_ids"] for row in dev_rows],
+        columns={"answer": [row["answer"] for row in dev_rows]},
+    )
+
+
+def _write_config(
+    work_dir: Path, *, base_dir: Path, train_path: Path, test_path: Path, run_dir: Path
+) -> Path:
+    """The packaged default.toml with this run's paths filled in, written to the work dir."""
+    template = resources.files("grpo.demo").joinpath("default.toml").read_text()
+    config_path = work_dir / "grpo.toml"
+    config_path.write_text(
+        template.format(
+            base_dir=base_dir, train_path=train_path, test_path=test_path, run_dir=run_dir
+        )
+    )
+    return config_path
+
+
+def _say_reward_curve(history: list[dict], say: Callable[[str], None]) -> None:
+    """The mean training reward of each step, as a text curve."""
+    rewards = [row["reward/mean"] for row in history if "reward/mean" in row]
+    say("\nmean reward per step (training prompts, sampled at temperature 1):")
+    say(text_curve(rewards, label="reward/mean"))
+
+
+def _say_before_and_after(
+    test_set: PromptDataset,
+    before: tuple[dict[str, float], EvalReport],
+    after: tuple[dict[str, float], EvalReport],
+    say: Callable[[str], None],
+) -> None:
+    """Held-out greedy accuracy per problem kind, then pass@k, for the base model
+    (``before``) and the trained one (``after``): each (accuracy by kind, its report)."""
+    (before_by_kind, before_report), (after_by_kind, after_report) = before, after
+    say(f"\nheld-out greedy accuracy ({len(test_set)} problems never trained on):")
+    say(f"  {'problems':<20}{'count':>6}{'base':>9}{'after GRPO':>12}{'change':>9}")
+    counts: defaultdict[str, int] = defaultdict(int)
+    for prompt in test_set.prompts:
+        counts[problem_kind(prompt)] += 1
+    counts["all"] = len(test_set)
+    for kind in before_by_kind:
+        if counts[kind] < 20 and kind != "all":
+            continue  # the easy kinds have few distinct problems; nearly all are in training
+        base, trained = before_by_kind[kind], after_by_kind[kind]
+        change = 100 * (trained - base)
+        say(f"  {kind:<20}{counts[kind]:>6}{base:>9.1%}{trained:>12.1%}{change:>+8.1f}")
+    for k in before_report.pass_at:
+        change = 100 * (after_report.pass_at[k] - before_report.pass_at[k])
+        label = f"pass@{k} ({PASS_AT_SAMPLES} samples, T=1)"
+        say(
+            f"  {label:<26}{before_report.pass_at[k]:>9.1%}"
+            f"{after_report.pass_at[k]:>12.1%}{change:>+8.1f}"
+        )

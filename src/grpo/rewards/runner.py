@@ -67,7 +67,7 @@ class RewardFunction:
 class RewardScores:
     total_B: torch.Tensor  # weighted sum over functions, float32
     per_function: dict[str, torch.Tensor]  # name -> (B,) raw values (0.0 where substituted)
-    skip_B: torch.Tensor  # bool: the row's group must not be trained on
+    skip_B: torch.Tensor  # bool: not scored under on_error = "skip_group" (its group is skipped)
     metrics: dict[str, float]
     errors: dict[str, list[str]] = field(default_factory=dict)  # name -> what was substituted
 
@@ -112,6 +112,12 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
 
 
 # --- calling ---------------------------------------------------------------------------
+
+
+def accuracy_reward(functions: Sequence[RewardFunction]) -> RewardFunction | None:
+    """The first function marked as checking correctness (``fn.is_accuracy``), if any:
+    the one behind the ``accuracy`` metric, the curriculum's successes and evaluation."""
+    return next((f for f in functions if getattr(f.fn, "is_accuracy", False)), None)
 
 
 def _invoke(
@@ -250,15 +256,12 @@ def score_completions(
     prompts: list[str],
     completions: list[str],
     columns: dict[str, list[Any]],
-    *,
-    group_size: int,
 ) -> RewardScores:
     """Run every reward function concurrently; returns the weighted total, per-function
-    values, the rows whose groups must be skipped, and metrics (per function: mean and std
-    over the rows it scored, errors substituted, seconds; and the same for the total)."""
+    values, the rows not scored under ``on_error = "skip_group"`` (their groups are skipped:
+    :func:`grpo.algo.groups.skipped_groups`), and metrics (per function: mean and std over
+    the rows it scored, errors substituted, seconds; and the same for the total)."""
     batch = len(completions)
-    if group_size <= 0 or batch % group_size:
-        raise ValueError(f"{batch} completions do not make groups of {group_size}")
     started = time.monotonic()
     futures = [_start(function, prompts, completions, columns) for function in functions]
     total_B = torch.zeros(batch, dtype=torch.float32)
@@ -300,8 +303,7 @@ def score_completions(
             dtype=torch.float32,
         )
         if problems and function.on_error == "skip_group":
-            for group in {row // group_size for row in problems}:
-                skip_B[group * group_size : (group + 1) * group_size] = True
+            skip_B[sorted(problems)] = True
         per_function[function.name] = numbers_B
         total_B += function.weight * numbers_B
         scored = torch.tensor([row not in problems for row in range(batch)], dtype=torch.bool)

@@ -1,0 +1,189 @@
+"""The configuration's sections: one frozen dataclass per TOML table, and :class:`Config`.
+
+Each field's comment (the ``# …`` lines above it and the one at its end) is its
+documentation: ``grpo docs`` builds the README's configuration reference from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy: a local Hugging Face causal-LM directory, its precision and LoRA."""
+
+    path: str = ""  # a local Hugging Face causal-LM directory (weights + tokenizer)
+    tokenizer_path: str = ""  # defaults to `path`
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute
+    device: str = "auto"  # "auto" = cuda when available, else cpu
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory
+    disable_dropout: bool = True  # dropout would make π_old ≠ π_θ at ratio 1
+    lora_rank: int = 0  # 0 = full fine-tuning; > 0 = LoRA adapters (the `peft` extra)
+    lora_alpha: float = 16.0  # LoRA scaling numerator (the update is scaled by alpha / rank)
+    lora_dropout: float = 0.0  # dropout inside the LoRA adapters
+    # module names to adapt; "all-linear" = every linear layer but the output head
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Training prompts: the file, its columns, and how each prompt becomes model input."""
+
+    train_path: str = ""  # JSONL, JSON, CSV, TSV, Parquet, Arrow, or a save_to_disk folder
+    prompt_column: str = "prompt"  # the column holding the prompt text
+    # reward argument → dataset column, e.g. { answer = "solution" }
+    column_map: dict[str, str] = field(default_factory=dict)
+    # reduce the `answer` column to its final answer: gsm8k = the text after the last "####",
+    # math = the last \boxed{…}; plain = as it is
+    answer_format: Literal["plain", "gsm8k", "math"] = "plain"
+    max_prompt_tokens: int = 512  # a longer prompt is an error naming its row
+    truncate_long_prompts: bool = False  # True: keep a long prompt's last max_prompt_tokens
+    skip_bad_rows: bool = False  # skip (and count) bad rows instead of stopping at the first
+    chat_template: bool = False  # wrap each prompt as a user turn with the tokenizer's template
+    system_prompt: str = ""  # a system turn (with chat_template) or text put before each prompt
+    shuffle: bool = True  # reshuffle the prompts every epoch (seeded by train.seed)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling the G completions of each prompt."""
+
+    group_size: int = 8  # G: completions sampled per prompt
+    max_new_tokens: int = 256  # completion length cap; longer ones are cut (truncated_frac)
+    temperature: float = 1.0  # sampling temperature; the trainer's log-probs use it too
+    top_p: float = 1.0  # nucleus sampling (1.0 = off)
+    top_k: int = 0  # 0 = off
+    stop_strings: list[str] = field(default_factory=list)  # end a completion at any of these
+    max_sequences_per_batch: int = 512  # generation chunk, bounds KV-cache memory
+    engine: Literal["transformers", "vllm"] = "transformers"  # vllm: GPU, `grpo[vllm]` extra
+    vllm_gpu_memory_utilization: float = 0.3  # GPU share vLLM may take (it shares the GPU)
+    vllm_sleep: bool = True  # free vLLM's GPU memory between rollouts (sleep mode)
+    vllm_max_model_len: int = 0  # 0 = data.max_prompt_tokens + rollout.max_new_tokens
+    vllm_enforce_eager: bool = False  # skip CUDA-graph capture: faster start, slower decoding
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """Advantages, the clipped surrogate, its aggregation and the KL penalty."""
+
+    # group: (r − mean)/(σ + eps) | batch: σ of the whole batch | none: r − mean |
+    # rloo: r minus the mean of the group's other rewards
+    advantage_scale: Literal["group", "batch", "none", "rloo"] = "group"
+    advantage_eps: float = 1e-4  # eps in the advantage's denominator
+    clip_low: float = 0.2  # the ratio is clipped below at 1 − clip_low
+    clip_high: float = 0.2  # … and above at 1 + clip_high (> clip_low: DAPO's clip-higher)
+    # sequence: 1/|y_i| per completion (the seeds) | token: DAPO | constant: Dr. GRPO
+    aggregation: Literal["sequence", "token", "constant"] = "sequence"
+    beta: float = 0.04  # KL weight; 0 = no reference model is loaded at all
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"  # the per-token KL estimator (see grpo.algo.kl)
+    inner_iterations: int = 1  # μ: optimizer steps on each rollout batch
+    estimator: Literal["grpo", "ppo"] = "grpo"  # ppo: a critic + GAE instead of the group baseline
+    # DAPO dynamic sampling: drop zero-variance groups and generate further rounds of
+    # train.prompts_per_step prompts until that many informative groups are in hand (the
+    # surplus of the last round is not trained on) or max_generation_rounds is reached.
+    dynamic_sampling: bool = False
+    max_generation_rounds: int = 4  # cap on rounds per step with dynamic_sampling
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Used when algorithm.estimator = "ppo" (see grpo.training.critic)."""
+
+    gamma: float = 1.0  # γ, discount per token
+    lam: float = 0.95  # λ of GAE
+    value_clip: float = 0.2  # the clipped value loss's c; 0 = unclipped
+    critic_lr: float = 1e-5  # the critic's own AdamW learning rate (constant)
+    whiten_advantages: bool = True  # normalise GAE advantages over the batch's tokens
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """Adaptive curriculum: draw prompts ∝ E[p(1 − p)]^strength under a Beta posterior."""
+
+    enabled: bool = False  # false: epoch-wise shuffled order (data.shuffle)
+    strength: float = 1.0  # exponent k on the weights: 0 = uniform, larger = sharper focus
+    prior_successes: float = 1.0  # α₀ of the Beta(α₀, β₀) prior; an unseen prompt's weight
+    prior_failures: float = 1.0  # β₀ (α₀ = β₀ = 1: unseen weight 1/6 vs at most 1/4)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """One ``[[rewards]]`` table; the total reward is the weighted sum of all of them."""
+
+    function: str = ""  # "module:function", resolved once at start-up
+    weight: float = 1.0  # its weight in the total reward
+    timeout_s: float = 0.0  # 0 = no limit
+    on_error: Literal["fail", "zero", "skip_group"] = "fail"  # what a failing row gets
+    options: dict[str, Any] = field(default_factory=dict)  # keyword arguments bound at start-up
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW, gradient clipping and the learning-rate schedule."""
+
+    lr: float = 1e-6  # peak learning rate
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    beta1: float = 0.9  # AdamW β1
+    beta2: float = 0.999  # AdamW β2
+    max_grad_norm: float = 1.0  # 0 = no clipping
+    schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up
+    warmup_steps: int = 0  # optimizer steps of linear warm-up
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out greedy accuracy during training."""
+
+    path: str = ""  # held-out prompts (same formats as data.train_path); "" = no evaluation
+    every: int = 0  # steps between evaluations (0 = only before and after training)
+    max_new_tokens: int = 0  # 0 = rollout.max_new_tokens
+    reward: str = ""  # "module:function" scoring ≥ 1 as correct; "" = the first accuracy reward
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The loop: steps, batch sizes, seed, outputs, logging and the console."""
+
+    steps: int = 100  # training steps (each: one rollout batch, μ optimizer steps)
+    prompts_per_step: int = 16  # prompts per step (× rollout.group_size = sequences per step)
+    sequences_per_micro_batch: int = 8  # gradient accumulation; the gradient is the same
+    seed: int = 0  # seeds sampling, shuffling and initialisation
+    run_dir: str = "runs/grpo"  # metrics, checkpoints and the final model go here
+    save_every: int = 0  # 0 = only the final save
+    keep_checkpoints: int = 2  # the newest K of RUN_DIR/checkpoints/step-* are kept
+    resume: bool = False  # continue from RUN_DIR/checkpoints/latest when present
+    max_consecutive_skips: int = 3  # non-finite updates in a row (each skipped) before stopping
+    log_every: int = 1  # steps between console lines (metrics.jsonl gets every step)
+    tensorboard: bool = True  # also write TensorBoard events when tensorboard is installed
+    progress: bool = True  # false = nothing on the console per step
+    quiet: bool = False  # no progress bar: one plain line every log_every steps (logs, CI)
+    # steps between tables of the step's completions (completions.jsonl, backends); 0 = never
+    completions_every: int = 10
+    wandb_project: str = ""  # log to Weights & Biases in this project ("" = off; `wandb` extra)
+    trackio_project: str = ""  # log to trackio under this project ("" = off; `trackio` extra)
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Used when launched by torchrun (WORLD_SIZE > 1); ignored in a single process."""
+
+    strategy: Literal["ddp", "fsdp"] = "ddp"  # fsdp: FSDP2 fully_shard, for models too big
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, gloo on CPU
+    timeout_s: float = 1800.0  # a collective waiting longer than this fails instead of hanging
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    rewards: list[RewardConfig] = field(default_factory=list)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)

@@ -1,0 +1,1 @@
+"""Prompt datasets, their sampler, and the per-prompt statistics the curriculum draws by."""

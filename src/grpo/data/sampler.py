@@ -1,0 +1,81 @@
+"""Which prompts each step trains on: :class:`PromptSampler`, resumable from a checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grpo.config import CurriculumConfig
+from grpo.data.prompt_stats import PromptStats, draw_prompts
+
+
+@dataclass
+class PromptSampler:
+    """Epoch-wise shuffled indices with a resumable cursor (epoch, position), or, with a
+    curriculum, draws weighted by each prompt's E[p(1 − p)] (see ``grpo.data.prompt_stats``).
+
+    Per-prompt statistics (``stats``, filled by the trainer) are kept in every mode; all
+    state, statistics included, is in :meth:`state_dict` and so in checkpoints.
+    """
+
+    size: int
+    seed: int
+    shuffle: bool = True
+    epoch: int = 0
+    position: int = 0
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    draws: int = 0  # curriculum draws so far: each seeds its own generator (resumable)
+    stats: PromptStats = field(init=False)
+    _order: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.stats = PromptStats.empty(self.size)
+
+    def next_indices(self, count: int) -> list[int]:
+        if self.curriculum.enabled:
+            self.draws += 1
+            return draw_prompts(
+                self.stats,
+                count,
+                strength=self.curriculum.strength,
+                prior_successes=self.curriculum.prior_successes,
+                prior_failures=self.curriculum.prior_failures,
+                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.draws),
+            )
+        picked = []
+        while len(picked) < count:
+            if not self._order:
+                self._order = self._epoch_order()
+            if self.position >= self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._epoch_order()
+            take = min(count - len(picked), self.size - self.position)
+            picked.extend(self._order[self.position : self.position + take])
+            self.position += take
+        return picked
+
+    def _epoch_order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data cursor and per-prompt statistics; a checkpoint saves whatever this
+        returns (nested dicts and lists of numbers, strings and tensors) and hands it back
+        to ``load_state_dict``."""
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "draws": self.draws,
+            "stats": self.stats.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.draws = state.get("draws", 0)  # checkpoints from before the curriculum lack these
+        if "stats" in state:
+            self.stats.load_state_dict(state["stats"])
+        self._order = self._epoch_order()

@@ -1,0 +1,1 @@
+"""Held-out evaluation: greedy accuracy and pass@k."""

@@ -1,0 +1,263 @@
+"""Evaluation: greedy accuracy, and pass@k from sampled completions (``grpo eval``).
+
+A completion is correct when the correctness reward (``eval.reward``, or the first
+accuracy reward) scores it ≥ 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from grpo.config import ConfigError, DataConfig
+from grpo.data.dataset import PromptDataset, load_dataset_for
+from grpo.models.loading import eos_token_ids
+from grpo.rewards.runner import (
+    RewardFunction,
+    accuracy_reward,
+    resolve_function,
+    score_completions,
+)
+from grpo.rollout.engine import SamplingParams
+from grpo.rollout.hf_engine import TransformersEngine
+
+
+def greedy_completions(
+    model: nn.Module,
+    tokenizer: Any,
+    prompt_token_ids: list[list[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 256,
+    all_done: Callable[[bool], bool] | None = None,
+) -> list[str]:
+    """Greedy completions as text; ``all_done`` keeps FSDP processes decoding in lockstep."""
+    engine = TransformersEngine(
+        model,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=eos_token_ids(model, tokenizer),
+        max_sequences_per_batch=batch_size,
+        all_done=all_done,
+    )
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    rollout = engine.generate(prompt_token_ids, 1, greedy)
+    lengths = rollout.completion_mask_BT.sum(dim=1).tolist()
+    rows = [row[:n] for row, n in zip(rollout.completion_ids_BT.tolist(), lengths, strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+@torch.no_grad()
+def greedy_accuracy(
+    model: nn.Module,
+    tokenizer: Any,
+    dataset: PromptDataset,
+    reward: RewardFunction,
+    *,
+    max_new_tokens: int,
+    all_done: Callable[[bool], bool] | None = None,
+) -> float:
+    """Mean over prompts of [reward(greedy completion) ≥ 1]."""
+    completions = greedy_completions(
+        model, tokenizer, dataset.prompt_token_ids, max_new_tokens=max_new_tokens, all_done=all_done
+    )
+    scores = score_completions([reward], dataset.prompts, completions, dataset.columns)
+    return (scores.per_function[reward.name] >= 1.0).float().mean().item()
+
+
+def correctness_reward(eval_reward: str, rewards: list[RewardFunction]) -> RewardFunction:
+    """``eval_reward`` ("module:function") when set, else the run's accuracy reward."""
+    if eval_reward:
+        return RewardFunction(name=eval_reward, fn=resolve_function(eval_reward))
+    reward = accuracy_reward(rewards)
+    if reward is None:
+        raise ConfigError("no reward is an accuracy reward: set eval.reward = 'module:function'")
+    return reward
+
+
+def held_out_evaluator(
+    path: str,
+    tokenizer: Any,
+    data: DataConfig,
+    reward: RewardFunction | None,
+    *,
+    max_new_tokens: int,
+    all_done: Callable[[bool], bool] | None = None,
+) -> Callable[[nn.Module], float] | None:
+    """A function policy → greedy accuracy on the prompts at ``path`` (formatted as
+    ``data`` says), or None when ``path`` is empty.
+
+    Under several processes each evaluates the whole set (same prompts, same result), so
+    none waits for another; under FSDP ``all_done`` keeps them decoding in lockstep, since
+    every forward pass gathers parameters from all of them.
+    """
+    if not path or reward is None:
+        return None
+    dataset = load_dataset_for(path, tokenizer, data)
+
+    def evaluate(policy: nn.Module) -> float:
+        return greedy_accuracy(
+            policy, tokenizer, dataset, reward, max_new_tokens=max_new_tokens, all_done=all_done
+        )
+
+    return evaluate
+
+
+# --- pass@k ----------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimate of pass@k from ``n`` samples of which ``c`` are correct.
+
+    pass@k = 1 − C(n − c, k) / C(n, k): the probability that k samples drawn without
+    replacement from the n include a correct one (Chen et al. 2021, "Evaluating Large
+    Language Models Trained on Code"). Exact integer binomials; C(n − c, k) = 0 when
+    n − c < k, so then pass@k = 1.
+
+    >>> pass_at_k(4, 1, 2)  # 1 − C(3, 2)/C(4, 2) = 1 − 3/6
+    0.5
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 ≤ c ≤ n, got n = {n}, c = {c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs 1 ≤ k ≤ n samples per prompt, got n = {n}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class EvalReport:
+    """What ``grpo eval`` measures; :meth:`summary` is its JSON."""
+
+    source: str
+    correct_reward: str
+    greedy_correct: list[bool]  # per prompt
+    greedy_reward_means: dict[str, float]  # per reward function, over greedy completions
+    samples: int = 0  # n sampled completions per prompt (0 = greedy only)
+    temperature: float = 1.0
+    sample_correct_counts: list[int] = field(default_factory=list)  # c per prompt
+    sampled_reward_means: dict[str, float] = field(default_factory=dict)
+    pass_at: dict[int, float] = field(default_factory=dict)  # k → mean over prompts
+
+    @property
+    def greedy_accuracy(self) -> float:
+        return sum(self.greedy_correct) / len(self.greedy_correct)
+
+    def summary(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "data": self.source,
+            "prompts": len(self.greedy_correct),
+            "correct_reward": self.correct_reward,
+            "pass@1_greedy": self.greedy_accuracy,
+            "reward_means_greedy": self.greedy_reward_means,
+        }
+        if self.samples:
+            result |= {
+                "samples": self.samples,
+                "temperature": self.temperature,
+                "pass@k": {str(k): value for k, value in self.pass_at.items()},
+                "reward_means_sampled": self.sampled_reward_means,
+            }
+        return result
+
+    def table(self) -> str:
+        rows = [("pass@1 (greedy)", f"{self.greedy_accuracy:.1%}")]
+        sampled = f"{self.samples} samples, T = {self.temperature:g}"
+        rows += [(f"pass@{k} ({sampled})", f"{value:.1%}") for k, value in self.pass_at.items()]
+        for name, value in self.greedy_reward_means.items():
+            rows.append((f"mean {name} (greedy)", f"{value:.4g}"))
+        for name, value in self.sampled_reward_means.items():
+            rows.append((f"mean {name} (sampled)", f"{value:.4g}"))
+        width = max(len(label) for label, _ in rows)
+        lines = [
+            f"{len(self.greedy_correct)} prompts of {self.source}; "
+            f"correct = {self.correct_reward} ≥ 1",
+            f"{'metric':<{width}}  value",
+        ]
+        lines += [f"{label:<{width}}  {value}" for label, value in rows]
+        return "\n".join(lines)
+
+
+def _score(
+    rewards: Sequence[RewardFunction],
+    correct: RewardFunction,
+    dataset: PromptDataset,
+    completions: list[str],
+    per_prompt: int,
+) -> tuple[dict[str, float], torch.Tensor]:
+    """Per-reward means and the correct flags of ``per_prompt`` completions per prompt."""
+    functions = list(rewards) + ([] if correct in rewards else [correct])
+    columns = {
+        name: [value for value in values for _ in range(per_prompt)]
+        for name, values in dataset.columns.items()
+    }
+    prompts = [prompt for prompt in dataset.prompts for _ in range(per_prompt)]
+    scores = score_completions(functions, prompts, completions, columns)
+    means = {f.name: scores.per_function[f.name].mean().item() for f in rewards}
+    return means, scores.per_function[correct.name] >= 1.0
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: nn.Module,
+    tokenizer: Any,
+    dataset: PromptDataset,
+    rewards: Sequence[RewardFunction],
+    correct: RewardFunction,
+    *,
+    max_new_tokens: int,
+    samples: int = 0,
+    ks: Sequence[int] = (),
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    batch_size: int = 256,
+) -> EvalReport:
+    """Greedy pass@1 and per-reward means; with ``samples`` = n > 0, also n sampled
+    completions per prompt, the unbiased pass@k for each k in ``ks`` and their means."""
+    greedy = greedy_completions(
+        model,
+        tokenizer,
+        dataset.prompt_token_ids,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
+    greedy_means, greedy_correct = _score(rewards, correct, dataset, greedy, 1)
+    report = EvalReport(
+        source=dataset.source,
+        correct_reward=correct.name,
+        greedy_correct=greedy_correct.tolist(),
+        greedy_reward_means=greedy_means,
+        samples=samples,
+        temperature=temperature,
+    )
+    if samples <= 0:
+        return report
+    for k in ks:
+        if not 1 <= k <= samples:
+            raise ValueError(f"pass@{k} needs 1 ≤ k ≤ samples = {samples}")
+    engine = TransformersEngine(
+        model,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=eos_token_ids(model, tokenizer),
+        max_sequences_per_batch=batch_size,
+    )
+    params = SamplingParams(
+        temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens
+    )
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    rollout = engine.generate(dataset.prompt_token_ids, samples, params, generator)
+    lengths = rollout.completion_mask_BT.sum(dim=1).tolist()
+    rows = [row[:n] for row, n in zip(rollout.completion_ids_BT.tolist(), lengths, strict=True)]
+    sampled = tokenizer.batch_decode(rows, skip_special_tokens=True)
+    report.sampled_reward_means, correct_B = _score(rewards, correct, dataset, sampled, samples)
+    report.sample_correct_counts = correct_B.view(-1, samples).sum(dim=1).tolist()
+    for k in ks:
+        per_prompt = [pass_at_k(samples, c, k) for c in report.sample_correct_counts]
+        report.pass_at[k] = sum(per_prompt) / len(per_prompt)
+    return report

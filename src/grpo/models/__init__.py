@@ -1,0 +1,1 @@
+"""The model layer: loading policies and tokenizers, wrapper look-ups, per-token log-probs."""

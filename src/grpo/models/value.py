@@ -1,0 +1,70 @@
+"""PPO's value model: the policy's transformer body with a scalar head (no LM head)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from grpo.config import ModelConfig
+from grpo.models.loading import DTYPES, disable_dropout, lora_config, require_local_directory
+from grpo.models.logprobs import positions_from_mask
+
+
+class ValueModel(nn.Module):
+    """A transformer body and a scalar head: one value per position, shape (B, L)."""
+
+    def __init__(self, body: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.body = body
+        self.head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        hidden_BLH = self.body(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state
+        return self.head(hidden_BLH.to(self.head.weight.dtype)).squeeze(-1)
+
+
+def load_value_model(config: ModelConfig, device: torch.device) -> ValueModel:
+    """The body from ``config.path`` (LoRA-adapted when ``config.lora_rank`` > 0) and a
+    zero-initialised head: V starts at 0."""
+    from transformers import AutoModel
+
+    require_local_directory(config.path, "model.path")
+    body = AutoModel.from_pretrained(config.path, dtype=DTYPES[config.dtype])
+    if config.disable_dropout:
+        disable_dropout(body)
+    if config.gradient_checkpointing:
+        body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora_rank > 0:
+        from peft import get_peft_model
+
+        body = get_peft_model(body, lora_config(config))
+        if config.gradient_checkpointing:
+            body.enable_input_require_grads()
+    hidden_size = body.config.get_text_config().hidden_size
+    model = ValueModel(body, hidden_size).to(device=device, dtype=DTYPES[config.dtype])
+    model.train()
+    return model
+
+
+def completion_values(
+    model: ValueModel,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    completion_ids_BT: torch.Tensor,
+    completion_mask_BT: torch.Tensor,
+) -> torch.Tensor:
+    """V at each completion token's state (the position whose logits predict it), (B, T)."""
+    input_ids_BL = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
+    attention_mask_BL = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
+    values_BL = model(input_ids_BL, attention_mask_BL, positions_from_mask(attention_mask_BL))
+    prompt_width, completion_width = prompt_ids_BP.shape[1], completion_ids_BT.shape[1]
+    return values_BL[:, prompt_width - 1 : prompt_width - 1 + completion_width].float()

@@ -1,0 +1,1 @@
+"""The command line and its tools: the config reference and the memory planner."""

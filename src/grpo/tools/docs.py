@@ -1,0 +1,154 @@
+"""The configuration reference, generated from the config dataclasses' own comments.
+
+Each field's documentation is its comment: the ``# …`` lines directly above it and the
+``# …`` at the end of its line, in ``grpo/config/sections.py``. ``grpo docs`` prints the
+reference; ``grpo docs --write README.md`` puts it between the README's markers, and a test
+fails while the README's copy is out of date.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import io
+import json
+import re
+import textwrap
+import tokenize
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from grpo.config import Config
+
+BEGIN = "<!-- BEGIN GENERATED config reference: `grpo docs --write README.md` -->"
+END = "<!-- END GENERATED config reference -->"
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name → its comment (the lines right above it, then the one at its end)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    lines = source.splitlines()
+    comments = {
+        token.start[0]: token.string.lstrip("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
+    class_node = ast.parse(source).body[0]
+    assert isinstance(class_node, ast.ClassDef)
+    docs = {}
+    for node in class_node.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        above: list[str] = []
+        number = node.lineno - 1
+        while number >= 1 and lines[number - 1].lstrip().startswith("#"):
+            above.insert(0, comments[number])
+            number -= 1
+        end = node.end_lineno or node.lineno
+        trailing = [comments[n] for n in range(node.lineno, end + 1) if n in comments]
+        docs[node.target.id] = " ".join(above + trailing)
+    return docs
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return " \\| ".join(f"`{json.dumps(choice)}`" for choice in typing.get_args(hint))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(hint)[0])}s"
+    if origin is dict:
+        return "table"
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(hint, str(hint))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        text = text[:-2] if text.endswith(".0") else text
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", text)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def _section_table(cls: type, prefix: str) -> list[str]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for field in dataclasses.fields(cls):
+        meaning = docs.get(field.name, "").replace("|", "\\|")
+        rows.append(
+            f"| `{prefix}{field.name}` | {_type_name(hints[field.name])} | "
+            f"`{_toml_value(_default(field))}` | {meaning} |"
+        )
+    return rows
+
+
+def undocumented_fields() -> list[str]:
+    """Config keys without a comment (a test keeps this empty)."""
+    missing = []
+    for section, cls in _sections():
+        docs = field_docs(cls)
+        missing += [f"{section}.{f.name}" for f in dataclasses.fields(cls) if not docs.get(f.name)]
+    return missing
+
+
+def _sections() -> list[tuple[str, type]]:
+    hints = typing.get_type_hints(Config)
+    sections = []
+    for field in dataclasses.fields(Config):
+        hint = hints[field.name]
+        if typing.get_origin(hint) is list:  # [[rewards]]: an array of tables
+            hint = typing.get_args(hint)[0]
+        sections.append((field.name, hint))
+    return sections
+
+
+def config_reference() -> str:
+    """The reference as Markdown: one table per section, in the order of :class:`Config`."""
+    hints = typing.get_type_hints(Config)
+    parts = [
+        "Generated from the comments in `src/grpo/config/sections.py`. Every key can also be",
+        "set on the command line as `--section.key=value`.",
+    ]
+    for section, cls in _sections():
+        is_array = typing.get_origin(hints[section]) is list
+        header = f"[[{section}]]" if is_array else f"[{section}]"
+        summary = (inspect.getdoc(cls) or "").replace("\n", " ")
+        parts += ["", f"#### `{header}`", ""]
+        if summary:
+            parts += [summary, ""]
+        prefix = "" if is_array else f"{section}."
+        parts += _section_table(cls, prefix)
+    return "\n".join(parts) + "\n"
+
+
+def with_reference(readme: str) -> str:
+    """``readme`` with the text between the markers replaced by :func:`config_reference`."""
+    if BEGIN not in readme or END not in readme:
+        raise ValueError(f"the README lacks the markers {BEGIN!r} … {END!r}")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{config_reference()}{END}{tail}"
+
+
+def write_reference(readme_path: str | Path) -> bool:
+    """Refresh the README's copy; True when it changed."""
+    path = Path(readme_path)
+    old = path.read_text()
+    new = with_reference(old)
+    if new != old:
+        path.write_text(new)
+    return new != old

@@ -1,0 +1,1 @@
+"""The training loop in typed stages, the update, optimizer, checkpoints, faults, torchrun."""

@@ -1,0 +1,226 @@
+"""Several processes (torchrun): the process group, row shards, and the step's collectives.
+
+Launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment) the trainer runs one
+process per device. Every process samples the same prompts; process r generates, scores
+and trains on the rows [r·S, (r+1)·S) of the step's prompts_per_step·G rows (S = rows /
+world size), then the per-row results are all-gathered so every process holds the whole
+step's rewards and computes the same advantages. Gradients are summed across processes
+(DDP or FSDP2); only rank 0 writes.
+
+Without torchrun (WORLD_SIZE unset or 1) :class:`Dist` is the identity: no process group,
+no collective, nothing copied, so a single process pays nothing for any of this.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+
+from grpo.config import ConfigError, DistributedConfig
+from grpo.models.loading import pick_device
+
+
+def world_from_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them; (0, 1, 0) without it.
+
+    A process group the caller already set up (another launcher) counts too.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        devices = max(torch.cuda.device_count(), 1)
+        return rank, world_size, int(os.environ.get("LOCAL_RANK", rank % devices))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world_size, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+@dataclass
+class Dist:
+    """This process's place in the job, and the collectives the trainer needs.
+
+    Every collective is the identity when ``world_size == 1``.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    strategy: str = "ddp"  # "ddp" | "fsdp"
+    comm_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    owns_group: bool = False  # we created the process group, so we destroy it
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def fsdp(self) -> bool:
+        return self.enabled and self.strategy == "fsdp"
+
+    def rows(self, total: int) -> slice:
+        """This process's contiguous block of ``total`` rows (total divides exactly)."""
+        per_rank = total // self.world_size
+        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+
+    def all_gather_rows(self, tensor_B: torch.Tensor) -> torch.Tensor:
+        """Every process's equal-sized ``tensor_B`` concatenated in rank order along dim 0."""
+        if not self.enabled:
+            return tensor_B
+        local = tensor_B.to(self.comm_device).contiguous()
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        torch.distributed.all_gather(parts, local)
+        return torch.cat(parts).to(tensor_B.device)
+
+    def gather_columns(self, columns: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-row 1-D tensors of this process's rows → the whole step's, in one collective.
+
+        Values travel as float64, exact for float32 rewards, bools and lengths.
+        """
+        if not self.enabled:
+            return columns
+        stacked_BK = torch.stack([c.detach().cpu().double() for c in columns.values()], dim=1)
+        gathered_BK = self.all_gather_rows(stacked_BK)
+        return {
+            name: gathered_BK[:, k].to(column.dtype)
+            for k, (name, column) in enumerate(columns.items())
+        }
+
+    def gather_values(self, values: dict[str, float]) -> dict[str, list[float]]:
+        """Each key's value on every process, in rank order (the keys must agree)."""
+        if not self.enabled:
+            return {key: [value] for key, value in values.items()}
+        keys = sorted(values)
+        local = torch.tensor([[float(values[key]) for key in keys]], dtype=torch.float64)
+        gathered_WK = self.all_gather_rows(local)
+        return {key: gathered_WK[:, k].tolist() for k, key in enumerate(keys)}
+
+    def all_done(self, done: bool) -> bool:
+        """True when ``done`` is true on every process (one all-reduce)."""
+        if not self.enabled:
+            return done
+        flag = torch.tensor([0.0 if done else 1.0], device=self.comm_device)
+        torch.distributed.all_reduce(flag)
+        return flag.item() == 0.0
+
+    def barrier(self) -> None:
+        if self.enabled:
+            torch.distributed.barrier()
+
+    def close(self) -> None:
+        if self.owns_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+            self.owns_group = False
+
+
+def init_distributed(config: DistributedConfig, device_name: str) -> tuple[Dist, torch.device]:
+    """Join the torchrun job (or not, without one) and pick this process's device.
+
+    Backend "auto": NCCL when the device is CUDA, gloo otherwise. ``config.timeout_s``
+    bounds how long a collective waits for a process that is gone or stuck, so a job
+    whose rank died stops with an error instead of hanging (torchrun also stops the
+    other workers as soon as one exits with an error).
+    """
+    rank, world_size, local_rank = world_from_env()
+    device = pick_device(device_name, local_rank if world_size > 1 else None)
+    if world_size == 1:
+        return Dist(), device
+    backend = config.backend
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and device.type != "cuda":
+        raise ConfigError("distributed.backend = 'nccl' needs CUDA devices; use 'gloo' on CPU")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    owns_group = not torch.distributed.is_initialized()
+    if owns_group:
+        torch.distributed.init_process_group(
+            backend=backend,
+            timeout=timedelta(seconds=config.timeout_s),
+            device_id=device if backend == "nccl" else None,
+        )
+    comm_device = device if backend == "nccl" else torch.device("cpu")
+    dist = Dist(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        strategy=config.strategy,
+        comm_device=comm_device,
+        owns_group=owns_group,
+    )
+    return dist, device
+
+
+# --- metrics ---------------------------------------------------------------------------
+
+
+def reduce_metrics(
+    dist: Dist, metrics: dict[str, float], rules: dict[str, str], default: str = "mean"
+) -> dict[str, float]:
+    """One value per key across processes; ``rules[key]`` ∈ sum, mean, min, max.
+
+    A key ending in ``/std`` whose ``/mean`` sibling is present is pooled exactly over
+    equal-sized shards: σ² = mean_r(σ_r² + μ_r²) − μ², μ = mean_r(μ_r).
+    """
+    if not dist.enabled:
+        return dict(metrics)
+    gathered = dist.gather_values(metrics)
+    reduced: dict[str, float] = {}
+    for key, values in gathered.items():
+        rule = rules.get(key, default)
+        if key.endswith("/std") and key.removesuffix("/std") + "/mean" in gathered:
+            means = gathered[key.removesuffix("/std") + "/mean"]
+            mean = sum(means) / len(means)
+            second = sum(s * s + m * m for s, m in zip(values, means, strict=True)) / len(means)
+            reduced[key] = math.sqrt(max(second - mean * mean, 0.0))
+        elif rule == "sum":
+            reduced[key] = sum(values)
+        elif rule == "min":
+            reduced[key] = min(values)
+        elif rule == "max":
+            reduced[key] = max(values)
+        else:
+            reduced[key] = sum(values) / len(values)
+    return reduced
+
+
+def reduce_step_metrics(
+    dist: Dist,
+    reward_metrics: dict[str, float],
+    update_metrics: dict[str, float],
+    times: dict[str, float],
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """The three groups of per-process metrics of a step, each reduced over processes.
+
+    Reward runner metrics: errors add up, the slowest process's seconds count, means and
+    stds (over equal-sized shards) pool. Update metrics are each process's parts of the
+    whole step's sums (policy_update), so they add up, except ratio_min/max (min/max) and
+    grad_norm (the same everywhere). Times: the slowest process's.
+    """
+    if not dist.enabled:
+        return reward_metrics, update_metrics, times
+    rules = {
+        **{
+            key: "sum" if key.endswith("/errors") else "max" if key.endswith("/seconds") else "mean"
+            for key in reward_metrics
+        },
+        **dict.fromkeys(update_metrics, "sum"),
+        "ratio_min": "min",
+        "ratio_max": "max",
+        "grad_norm": "max",
+        "skipped_updates": "max",
+        **dict.fromkeys(times, "max"),
+    }
+    reduced = reduce_metrics(dist, {**reward_metrics, **update_metrics, **times}, rules)
+    if update_metrics:
+        reduced["clip_frac"] = reduced["clip_frac_low"] + reduced["clip_frac_high"]
+
+    def pick(group: dict[str, float]) -> dict[str, float]:
+        return {key: reduced[key] for key in group}
+
+    return pick(reward_metrics), pick(update_metrics), pick(times)

@@ -1,0 +1,72 @@
+"""The update stage: the kept rows of this process become a :class:`TrainBatch` and μ
+optimizer steps run on it (GRPO's :func:`policy_update`, or PPO's :func:`ppo_update`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from grpo.training.batch import TrainBatch
+from grpo.training.critic import ppo_update
+from grpo.training.distributed import Dist
+from grpo.training.rounds import Generation, process_major
+from grpo.training.select import Selection
+from grpo.training.setup import Learner
+from grpo.training.sharding import update_shard
+from grpo.training.update import policy_update
+
+
+def learn(
+    learner: Learner, generation: Generation, selection: Selection, dist: Dist
+) -> dict[str, float]:
+    """Update the policy on the selected rows; the update's metrics ({} when no group
+    trains: then no optimizer step is due, but the LR schedule still steps μ times)."""
+    optimization, objective = learner.optimization, learner.objective
+    if not selection.keep_B.any():  # the whole step's decision: the same in every process
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(objective.inner_iterations):
+                optimization.scheduler.step()
+        return {}
+    keep_B, advantages_B = selection.keep_B, selection.advantages_B
+    length_B, reward_B = generation.results.length_B, generation.results.reward_B
+    if generation.rounds > 1:  # this process's rows of every round, side by side
+        keep_B, advantages_B, length_B, reward_B = (
+            process_major(t, generation.rounds, dist.world_size)
+            for t in (keep_B, advantages_B, length_B, reward_B)
+        )
+    rollout = generation.rollout
+    rows = dist.rows(keep_B.shape[0])  # this process's block of the (reordered) rows
+    device = rollout.completion_ids_BT.device
+    local_keep_B = keep_B[rows].to(device)
+    batch = TrainBatch.of(rollout, advantages_B[rows].to(device), local_keep_B)
+    shard = update_shard(
+        dist, learner.trained, keep_B, length_B, rollout, learner.sequences_per_micro_batch
+    )
+    if learner.critic is not None:  # PPO: the critic's per-token GAE advantages replace A_i
+        return ppo_update(
+            learner.critic,
+            learner.trained,
+            batch,
+            objective,
+            optimization,
+            rewards_B=reward_B[rows].to(device)[local_keep_B],
+            sequences_per_micro_batch=learner.sequences_per_micro_batch,
+            reference=learner.reference,
+            shard=shard,
+        )
+    return policy_update(
+        learner.trained,
+        batch,
+        objective,
+        optimization,
+        sequences_per_micro_batch=learner.sequences_per_micro_batch,
+        reference=learner.reference,
+        shard=shard,
+    )
+
+
+def local_rows(values_B: torch.Tensor, dist: Dist) -> torch.Tensor:
+    """This process's block of a round's rows."""
+    return values_B[dist.rows(values_B.shape[0])]

@@ -1,0 +1,204 @@
+"""train(): the GRPO loop, read top to bottom.
+
+Per step: **generate** (sample prompts, roll out G completions each, score them; with
+dynamic sampling, repeat until enough groups have reward variance) → **select** (group
+advantages; zero-variance and skipped groups are dropped and counted) → record the
+per-prompt statistics the curriculum draws by → **update** (reference log-probs, μ inner
+iterations over micro-batches, AdamW) → **metrics** → **checkpoint**. Each stage is a
+function of its own module with typed inputs and outputs; the config is unpacked once, in
+:func:`~grpo.training.setup.set_up`.
+
+Departures from the paper (Shao et al. 2024), each a documented option: the advantage's
+scale (``algorithm.advantage_scale``), the loss aggregation (``algorithm.aggregation``),
+asymmetric clipping, DAPO's dynamic sampling, the curriculum, and PPO's critic as an
+alternative baseline (``algorithm.estimator``).
+
+Under torchrun (see :mod:`grpo.training.distributed`) every process samples the same
+prompts and takes a contiguous block of the step's rows through generate and update; the
+per-row results are all-gathered after scoring, so select sees the whole step everywhere.
+Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from grpo.config import BatchPlan, Config, ConfigError, batch_plan
+from grpo.data.prompt_stats import record_step
+from grpo.log.progress import step_progress
+from grpo.rewards.runner import RewardFunction
+from grpo.training.checkpoint import latest_checkpoint
+from grpo.training.distributed import Dist, init_distributed, world_from_env
+from grpo.training.engines import check_engine_available
+from grpo.training.faults import GracefulStop, NonFiniteGuard
+from grpo.training.generate import generate
+from grpo.training.learn import learn, local_rows
+from grpo.training.saving import save_checkpoint_of, save_final
+from grpo.training.select import select_groups
+from grpo.training.setup import Run, set_up
+from grpo.training.step_metrics import accuracy, step_metrics
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    final_dir: Path
+    history: list[dict[str, float]]
+    model: nn.Module
+    tokenizer: Any
+    stopped_by: str | None = None  # "SIGTERM"/"SIGINT": stopped early, after a checkpoint
+
+
+def train(
+    config: Config,
+    *,
+    reward_functions: list[RewardFunction] | None = None,
+    verbose: bool = True,
+) -> TrainResult:
+    """Train ``config.model.path`` with GRPO; returns the run directory and the metrics.
+
+    Under torchrun this is one process of the job: it joins the process group (and
+    leaves it at the end). A batch that does not split evenly over the processes, or an
+    unsupported combination, is a :class:`ConfigError` before anything is loaded.
+    """
+    plan = batch_plan(config, world_from_env()[1])
+    if plan.world_size > 1 and config.distributed.strategy == "fsdp" and config.model.lora_rank:
+        raise ConfigError(
+            "distributed.strategy = 'fsdp' with model.lora_rank > 0 is not supported: "
+            "use distributed.strategy = 'ddp' (only the adapters train, so DDP is cheap)"
+        )
+    if plan.world_size > 1 and config.algorithm.estimator == "ppo":
+        raise ConfigError("algorithm.estimator = 'ppo' runs in a single process (no torchrun)")
+    check_engine_available(config.rollout.engine)  # before anything is loaded
+    dist, device = init_distributed(config.distributed, config.model.device)
+    try:
+        with GracefulStop(announce=verbose and dist.is_main) as stop:
+            run = set_up(config, plan, dist, device, reward_functions, verbose)
+            return _train(run, config, plan, dist, stop, verbose)
+    finally:
+        dist.close()
+
+
+def _train(
+    run: Run, config: Config, plan: BatchPlan, dist: Dist, stop: GracefulStop, verbose: bool
+) -> TrainResult:
+    algo, steps, save_every = config.algorithm, config.train.steps, config.train.save_every
+    max_rounds = algo.max_generation_rounds if algo.dynamic_sampling else 1
+    guard = NonFiniteGuard(
+        config.train.max_consecutive_skips, lambda: latest_checkpoint(run.run_dir)
+    )
+    history = _evaluate_before(run)
+    progress = step_progress(config.train, run.start_step, enabled=verbose and dist.is_main)
+    step, stopped_by = run.start_step, None
+    for step in range(run.start_step + 1, steps + 1):
+        step_started = time.perf_counter()
+        generation, seconds = generate(
+            run.rollouts,
+            run.sampler,
+            dist,
+            prompts_per_step=plan.prompts_per_step,
+            group_size=plan.group_size,
+            max_rounds=max_rounds,
+        )
+        selection = select_groups(
+            generation.groups,
+            target_groups=plan.prompts_per_step,
+            scale=algo.advantage_scale,
+            eps=algo.advantage_eps,
+            critic_baseline=run.learner.critic is not None,
+        )
+        groups = generation.groups
+        signal = record_step(
+            run.sampler.stats,
+            generation.indices,
+            groups.rewards_NG,
+            generation.results.accuracy_B,
+            groups.zero_variance_N,
+            step,
+        )
+        train_started = time.perf_counter()
+        update = learn(run.learner, generation, selection, dist)
+        if update:
+            run.rollouts.engine.sync_weights(run.learner.policy)  # vLLM gets the weights
+        times = {
+            "time/rollout": seconds["rollout"],
+            "time/reward": seconds["reward"],
+            "time/train": time.perf_counter() - train_started,
+            "time/step": time.perf_counter() - step_started,
+        }
+        lr = run.learner.optimization.scheduler.get_last_lr()[0]
+        metrics = step_metrics(
+            generation, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
+        )
+        if run.evaluate is not None and (
+            step == steps or (config.eval.every and step % config.eval.every == 0)
+        ):
+            metrics["eval/accuracy"] = run.evaluate(run.learner.policy)
+        metrics.update(accuracy(generation))
+        history.append({"step": step, **metrics})
+        run.log.write(step, metrics)
+        last = generation.last  # its advantages: the step's last rows, this process's block
+        last_advantages_B = local_rows(
+            selection.advantages_B[-last.groups.rewards_NG.numel() :], dist
+        )
+        run.log.completions(step, last.prompts, last.completions, last.scores, last_advantages_B)
+        progress.update(step, metrics)
+        updates = algo.inner_iterations * int(selection.keep_B.any())
+        if warning := guard.record(step, metrics, updates=updates):
+            run.say(warning)
+        signalled = stop.agreed(dist) and step < steps  # the same on every process
+        due = save_every and step % save_every == 0 and step < steps
+        if (due or signalled) and guard.healthy:  # never over the last good checkpoint
+            save_checkpoint_of(run, step, dist, keep=config.train.keep_checkpoints)
+        if signalled:
+            stopped_by = stop.received or "a signal to another process"
+            break
+    progress.close()
+    run.log.close()
+    return _finish(run, config, dist, history, step, stopped_by, guard.healthy)
+
+
+def _evaluate_before(run: Run) -> list[dict[str, float]]:
+    """Held-out accuracy at step 0 (a fresh run only): the curve's starting point."""
+    if run.evaluate is None or run.start_step != 0:
+        return []
+    score = run.evaluate(run.learner.policy)
+    run.log.write(0, {"eval/accuracy": score})
+    run.say(f"grpo: held-out greedy accuracy before training: {score:.1%}")
+    return [{"step": 0, "eval/accuracy": score}]
+
+
+def _finish(
+    run: Run,
+    config: Config,
+    dist: Dist,
+    history: list[dict[str, float]],
+    step: int,
+    stopped_by: str | None,
+    healthy: bool,
+) -> TrainResult:
+    """Stopped by a signal: point at the checkpoint. Otherwise save the final policy (and
+    a last checkpoint when checkpointing is on)."""
+    policy, tokenizer, steps = run.learner.policy, run.tokenizer, config.train.steps
+    if stopped_by is not None:
+        dist.barrier()
+        last = latest_checkpoint(run.run_dir)
+        run.say(
+            f"grpo: stopped by {stopped_by} after step {step} of {steps}; "
+            f"checkpoint: {last}; continue with `grpo train CONFIG --resume`"
+        )
+        return TrainResult(run.run_dir, last or run.run_dir, history, policy, tokenizer, stopped_by)
+    final_dir = save_final(run, dist)
+    if config.train.save_every and run.start_step < steps and healthy:
+        save_checkpoint_of(run, steps, dist, keep=config.train.keep_checkpoints)
+    dist.barrier()  # everything is written when any process returns
+    run.say(
+        f"grpo: final policy saved to {final_dir} "
+        "(safetensors; AutoModelForCausalLM.from_pretrained loads it)"
+    )
+    return TrainResult(run.run_dir, final_dir, history, policy, tokenizer)

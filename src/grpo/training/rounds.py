@@ -1,0 +1,123 @@
+"""Generation rounds and the step's per-row record.
+
+Each round is shaped like an ordinary step (train.prompts_per_step prompts × G rows, split
+over processes the same way). With DAPO's dynamic sampling (Yu et al. 2025) rounds repeat
+until the step has enough groups with reward variance; the rounds are then merged into one
+:class:`Generation`, in generation order: round after round, each round's rows in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from grpo.algo.groups import Groups
+from grpo.rewards.runner import RewardScores
+from grpo.rollout.engine import Rollout, concat_rollouts
+
+
+@dataclass
+class RowResults:
+    """Per-row results of the whole round (or step), gathered from every process."""
+
+    reward_B: torch.Tensor  # float32: the weighted total reward
+    skip_B: torch.Tensor  # bool: a reward was not scored (on_error = "skip_group")
+    length_B: torch.Tensor  # int64: completion tokens, EOS included
+    truncated_B: torch.Tensor  # bool: cut at max_new_tokens
+    accuracy_B: torch.Tensor | None = None  # the run's accuracy reward, when it has one
+
+    def columns(self) -> dict[str, torch.Tensor]:
+        """The present fields by name (what a collective gathers)."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+    @staticmethod
+    def cat(parts: list[RowResults]) -> RowResults:
+        if len(parts) == 1:
+            return parts[0]
+        names = parts[0].columns()
+        return RowResults(**{name: torch.cat([p.columns()[name] for p in parts]) for name in names})
+
+
+@dataclass
+class Round:
+    """One round: its prompts, this process's rollout rows and their texts and scores, and
+    the whole round's per-row results and groups."""
+
+    indices: list[int]  # the N prompts (dataset rows), the same in every process
+    rollout: Rollout  # this process's rows
+    prompts: list[str]  # this process's rows' prompt texts
+    completions: list[str]  # … and completion texts
+    scores: RewardScores  # … and rewards
+    results: RowResults  # every process's rows
+    groups: Groups
+
+
+@dataclass
+class Generation:
+    """All rounds of a step as one, in generation order; ``last`` is the final round."""
+
+    indices: list[int]
+    rollout: Rollout  # this process's rows, round after round
+    results: RowResults
+    groups: Groups
+    reward_metrics: dict[str, float]
+    rounds: int
+    last: Round
+
+
+def informative_count(rounds: list[Round]) -> int:
+    return sum(int(r.groups.informative_N.sum()) for r in rounds)
+
+
+def needs_another_round(rounds: list[Round], target_groups: int, max_rounds: int) -> bool:
+    """True while fewer than ``target_groups`` informative groups are in hand and the cap
+    on rounds is not reached."""
+    return len(rounds) < max_rounds and informative_count(rounds) < target_groups
+
+
+def process_major(values_B: torch.Tensor, rounds: int, world_size: int) -> torch.Tensor:
+    """Rows in generation order (round after round, each split into world_size blocks) →
+    each process's rows of every round together, so process r holds block r of the result.
+
+    Example (2 rounds, 2 processes, rows 0–3 then 4–7):
+        >>> process_major(torch.arange(8), 2, 2)
+        tensor([0, 1, 4, 5, 2, 3, 6, 7])
+    """
+    return values_B.reshape(rounds, world_size, -1).transpose(0, 1).reshape(-1)
+
+
+def merge_reward_metrics(per_round: list[dict[str, float]]) -> dict[str, float]:
+    """Reward metrics over equal-sized rounds: errors and seconds add up, stds pool
+    exactly (σ² = mean_r(σ_r² + μ_r²) − μ²), the rest average."""
+    if len(per_round) == 1:
+        return per_round[0]
+    metrics: dict[str, float] = {}
+    for key in per_round[0]:
+        values = [r[key] for r in per_round]
+        mean_key = key.removesuffix("/std") + "/mean"
+        if key.endswith(("/errors", "/seconds")):
+            metrics[key] = sum(values)
+        elif key.endswith("/std") and mean_key in per_round[0]:
+            means = [r[mean_key] for r in per_round]
+            second = sum(s * s + m * m for s, m in zip(values, means, strict=True)) / len(values)
+            metrics[key] = max(second - (sum(means) / len(values)) ** 2, 0.0) ** 0.5
+        else:
+            metrics[key] = sum(values) / len(values)
+    return metrics
+
+
+def merge_rounds(rounds: list[Round], pad_token_id: int) -> Generation:
+    """All rounds as one: prompts, per-row results and groups in generation order, this
+    process's rollout rows round after round."""
+    return Generation(
+        indices=[index for r in rounds for index in r.indices],
+        rollout=concat_rollouts([r.rollout for r in rounds], pad_token_id),
+        results=RowResults.cat([r.results for r in rounds]),
+        groups=Groups.cat([r.groups for r in rounds]),
+        reward_metrics=merge_reward_metrics([r.scores.metrics for r in rounds]),
+        rounds=len(rounds),
+        last=rounds[-1],
+    )

@@ -1,0 +1,45 @@
+"""The select stage: the group baseline, and which groups train.
+
+GRPO: A_i = (r_i − mean(r)) / (std(r) + eps) within each group (see
+:func:`~grpo.algo.advantages.group_advantages`); only informative groups train (reward
+variance, no skipped reward), and under dynamic sampling only the first
+``target_groups`` of them. PPO's critic is the baseline instead, so every group without a
+skipped reward trains, equal rewards included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from grpo.algo.advantages import AdvantageScale, group_advantages
+from grpo.algo.groups import Groups, first_groups
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The whole step's rows in generation order (B = N·G)."""
+
+    advantages_B: torch.Tensor  # A_i, float32
+    trains_N: torch.Tensor  # bool: the group trains
+    keep_B: torch.Tensor  # bool: the row trains (its group does)
+
+
+def select_groups(
+    groups: Groups,
+    *,
+    target_groups: int,
+    scale: AdvantageScale,
+    eps: float,
+    critic_baseline: bool = False,
+) -> Selection:
+    """Advantages for every row and the groups that train (see the module docstring)."""
+    advantages_B = group_advantages(
+        groups.rewards_NG, scale=scale, eps=eps, zero_variance_N=groups.zero_variance_N
+    ).view(-1)
+    if critic_baseline:
+        trains_N = ~groups.skipped_N
+    else:
+        trains_N = first_groups(groups.informative_N, target_groups)
+    return Selection(advantages_B, trains_N, trains_N.repeat_interleave(groups.group_size))

@@ -1,0 +1,57 @@
+"""The metrics stage: one flat dict of the step's numbers, the same on every process.
+
+Per-row values are the whole step's (gathered); each process's own parts (reward runner,
+update, timings) are reduced over processes first (see
+:func:`~grpo.training.distributed.reduce_step_metrics`). The glossary of every key is in
+the README.
+"""
+
+from __future__ import annotations
+
+from grpo.training.distributed import Dist, reduce_step_metrics
+from grpo.training.rounds import Generation
+from grpo.training.select import Selection
+
+
+def step_metrics(
+    generation: Generation,
+    selection: Selection,
+    *,
+    signal: dict[str, float],
+    update: dict[str, float],
+    times: dict[str, float],
+    lr: float,
+    dist: Dist,
+) -> dict[str, float]:
+    """Rewards, groups, the learning signal (``signal``: group outcomes and sample
+    counts), completion lengths, the update and the step's seconds."""
+    reward_metrics, update, times = reduce_step_metrics(
+        dist, generation.reward_metrics, update, times
+    )
+    results, groups = generation.results, generation.groups
+    length_B = results.length_B.float()
+    metrics = {
+        "reward/mean": results.reward_B.mean().item(),
+        "reward/std": results.reward_B.std(unbiased=False).item(),
+        **reward_metrics,
+        "zero_variance_frac": groups.zero_variance_N.float().mean().item(),
+        "skipped_groups": float(groups.skipped_N.sum()),
+        "groups_trained": float(selection.trains_N.sum()),
+        "generation_rounds": float(generation.rounds),
+        **signal,
+        "completion_len/mean": length_B.mean().item(),
+        "completion_len/max": length_B.max().item(),
+        "truncated_frac": results.truncated_B.float().mean().item(),
+        "lr": lr,
+        **update,
+        **times,
+    }
+    return metrics
+
+
+def accuracy(generation: Generation) -> dict[str, float]:
+    """The fraction of completions the accuracy reward scores ≥ 1, when the run has one."""
+    accuracy_B = generation.results.accuracy_B
+    if accuracy_B is None:
+        return {}
+    return {"accuracy": (accuracy_B >= 1.0).float().mean().item()}

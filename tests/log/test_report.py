@@ -1,0 +1,133 @@
+"""`grpo report`: valid PNGs, and an HTML page that loads in headless Chromium without a
+console error (or, where no Chromium can be had, is checked by parsing it)."""
+
+import json
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from grpo.log.report import PLOTS, draw_plot, write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+HOSTILE = '<script>console.error("injected")</script><img src="nowhere.png"> a < b & c'
+
+
+@pytest.fixture(scope="module")
+def report_page(trained_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of the trained run, plus one logged completion full of HTML."""
+    run_dir = tmp_path_factory.mktemp("report") / "run"
+    shutil.copytree(trained_run_dir, run_dir)
+    hostile = {
+        "step": 5,
+        "prompt": "<b>1+1=</b>",
+        "completion": HOSTILE,
+        "reward": 1.0,
+        "rewards": {"numeric_answer": 1.0, "digit_fraction": 0.0},
+        "advantage": 0.5,
+    }
+    with (run_dir / "completions.jsonl").open("a") as handle:
+        handle.write(json.dumps(hostile) + "\n")
+    return write_report(run_dir)
+
+
+def test_every_plot_is_a_valid_png(report_page: Path) -> None:
+    image = pytest.importorskip("matplotlib.image")
+    for plot in PLOTS:
+        path = report_page.parent / plot.file
+        assert path.read_bytes()[:8] == PNG_SIGNATURE, plot.file
+        pixels = image.imread(path)
+        assert pixels.shape == (360, 640, 4), plot.file  # 6.4 × 3.6 inches at 100 dpi, RGBA
+        assert pixels[..., :3].std() > 0.01, f"{plot.file} is blank"
+
+
+def test_a_metric_the_run_did_not_log_gets_a_plot_saying_so(tmp_path: Path) -> None:
+    image = pytest.importorskip("matplotlib.image")
+    kl_plot = next(plot for plot in PLOTS if plot.file == "kl.png")
+    draw_plot(kl_plot, [{"step": 1, "reward/mean": 0.5}], tmp_path / "kl.png")  # β = 0: no kl
+    assert image.imread(tmp_path / "kl.png").shape == (360, 640, 4)
+
+
+class _PageParts(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.scripts = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        self.scripts += tag == "script"
+
+    def handle_data(self, data) -> None:
+        self.text.append(data)
+
+
+def test_page_parses_links_every_plot_and_escapes_completions(report_page: Path) -> None:
+    """The check that runs everywhere, Chromium or not: parse the page."""
+    source = report_page.read_text()
+    parts = _PageParts()
+    parts.feed(source)
+    assert parts.images == [plot.file for plot in PLOTS]
+    assert all((report_page.parent / src).read_bytes()[:8] == PNG_SIGNATURE for src in parts.images)
+    assert parts.scripts == 0  # the injected <script> stayed text
+    assert HOSTILE in "".join(parts.text)  # shown verbatim
+    assert "&lt;script&gt;console.error(&quot;injected&quot;)&lt;/script&gt;" in source
+    assert "<h3>Step 2 (8 completions logged" in source and "<h3>Step 5 (1 completions" in source
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if found := shutil.which(name):
+            return found
+    pytest.skip(
+        "no Chromium found (scripts/test.sh installs Debian's `chromium` when it can): the "
+        "report page was checked by parsing its HTML instead "
+        "(test_page_parses_links_every_plot_and_escapes_completions)"
+    )
+
+
+def load_in_chromium(page: Path) -> tuple[list[str], list[list]]:
+    """Open ``page`` in headless Chromium; returns its console errors (including uncaught
+    exceptions and failed loads) and each image's [src, naturalWidth, naturalHeight]."""
+    executable = _chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the dev extra)")
+    errors: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        # The system Chromium: nothing is downloaded. No sandbox: tests may run as root.
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            tab = browser.new_page()
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+            tab.goto(page.as_uri(), wait_until="load")
+            images = tab.evaluate(
+                "Array.from(document.images).map(i => "
+                "[i.getAttribute('src'), i.naturalWidth, i.naturalHeight])"
+            )
+        finally:
+            browser.close()
+    return errors, images
+
+
+def test_page_loads_in_headless_chromium_without_console_errors(report_page: Path) -> None:
+    errors, images = load_in_chromium(report_page)
+    assert errors == []
+    assert images == [[plot.file, 640, 360] for plot in PLOTS]  # every plot decoded
+
+
+def test_the_chromium_check_does_catch_errors(tmp_path: Path) -> None:
+    """The harness above is not blind: a broken image and a script error are reported."""
+    page = tmp_path / "broken.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head><body>'
+        '<img src="missing.png"><script>console.error("boom"); notDefined();</script>'
+        "</body></html>"
+    )
+    errors, images = load_in_chromium(page)
+    assert images == [["missing.png", 0, 0]]
+    assert "boom" in errors
+    assert any("ERR_FILE_NOT_FOUND" in error for error in errors)
+    assert any("notDefined is not defined" in error for error in errors)

@@ -1,0 +1,53 @@
+"""Model directories: missing, not a model, not a causal LM → one-line errors naming the key."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from grpo.config import ModelConfig
+from grpo.models.loading import ModelError, load_policy, load_tokenizer
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_missing_directory_names_model_path(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError) as error:
+        load_policy(ModelConfig(path=str(tmp_path / "nope")), torch.device("cpu"))
+    assert _one_line(error) == (
+        f"model.path: no local model directory at {str(tmp_path / 'nope')!r} "
+        "(nothing is downloaded)"
+    )
+
+
+def test_a_folder_without_a_model_names_model_path(tmp_path) -> None:
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(ModelConfig(path=str(tmp_path)))
+    assert _one_line(error).startswith(f"model.path: no loadable tokenizer in {tmp_path} (")
+    with pytest.raises(ModelError) as error:
+        load_policy(ModelConfig(path=str(tmp_path)), torch.device("cpu"))
+    assert _one_line(error) == (
+        f"model.path: {tmp_path} has no config.json: not a Hugging Face model folder"
+    )
+
+
+def test_a_model_that_is_not_a_causal_lm_is_named(tmp_path, tiny_model_dir) -> None:
+    from transformers import ViTConfig
+
+    shutil.copytree(tiny_model_dir, tmp_path / "vit")
+    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+        tmp_path / "vit"
+    )  # a vision encoder's config over the tokenizer files
+    load_tokenizer(ModelConfig(path=str(tmp_path / "vit")))  # the tokenizer itself is fine
+    with pytest.raises(ModelError) as error:
+        load_policy(ModelConfig(path=str(tmp_path / "vit")), torch.device("cpu"))
+    assert _one_line(error) == (
+        f"model.path: cannot load {tmp_path / 'vit'}: a 'vit' model is not a causal LM "
+        "(AutoModelForCausalLM)"
+    )

@@ -1,0 +1,110 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _grpo(*args: str, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grpo", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def test_bad_override_names_the_key(tmp_path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[model]\npath = "m"\n[data]\ntrain_path = "d.jsonl"\n'
+        '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n'
+    )
+    result = _grpo("train", str(config), "--rollout.grup_size=4")
+    assert result.returncode == 2
+    assert "unknown config key 'rollout.grup_size'" in result.stderr
+
+
+def test_missing_model_directory_is_a_clear_error(tmp_path, arithmetic_jsonl) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[model]\npath = "{tmp_path / "nope"}"\n[data]\ntrain_path = "{arithmetic_jsonl}"\n'
+        '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n'
+    )
+    result = _grpo("train", str(config))
+    assert result.returncode == 2
+    assert "model.path" in result.stderr or "nope" in result.stderr
+
+
+def test_train_then_plot(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n[data]\ntrain_path = "{arithmetic_jsonl}"\n'
+        '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n'
+        f'[train]\nsteps = 2\nprompts_per_step = 2\nrun_dir = "{tmp_path / "run"}"\n'
+        "[rollout]\ngroup_size = 2\nmax_new_tokens = 4\n"
+    )
+    result = _grpo("train", str(config), "--train.progress=false")
+    assert result.returncode == 0, result.stderr
+    assert "2 prompts/step × G=2 = 4 sequences/step" in result.stdout
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [row["step"] for row in rows] == [1, 2]
+    plot = _grpo("plot", str(tmp_path / "run"))
+    assert plot.returncode == 0 and "reward/mean" in plot.stdout
+
+
+@pytest.mark.slow
+def test_demo_quick_runs_end_to_end(tmp_path) -> None:
+    # A hang guard, not a speed check: a loaded 2-core machine takes minutes.
+    result = _grpo("demo", "--quick", "--work-dir", str(tmp_path / "demo"), timeout=1200)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "held-out greedy accuracy" in result.stdout
+    assert (tmp_path / "demo" / "run" / "final" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_quiet_train_then_report_then_eval(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n[data]\ntrain_path = "{arithmetic_jsonl}"\n'
+        '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n'
+        f'[train]\nsteps = 2\nprompts_per_step = 2\nrun_dir = "{tmp_path / "run"}"\n'
+        "completions_every = 1\n[rollout]\ngroup_size = 2\nmax_new_tokens = 4\n"
+    )
+    trained = _grpo("train", str(config), "--quiet")
+    assert trained.returncode == 0, trained.stderr
+    lines = [line for line in trained.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in lines] == ["step 1/2", "step 2/2"]
+    assert all(" s/step  eta " in line for line in lines)
+    assert "\r" not in trained.stdout + trained.stderr  # no progress bar
+    assert len((tmp_path / "run" / "completions.jsonl").read_text().splitlines()) == 2 * 4
+
+    report = _grpo("report", str(tmp_path / "run"))
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "run" / "report" / "index.html").exists()
+    assert (tmp_path / "run" / "report" / "reward.png").exists()
+
+    evaluated = _grpo(
+        "eval", str(tmp_path / "run" / "final"), "--data", str(arithmetic_jsonl),
+        "--samples", "2", "--k", "1,2", "--json", str(tmp_path / "eval.json"),
+        "--rollout.max_new_tokens=4",
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "pass@1 (greedy)" in evaluated.stdout and "pass@2 (2 samples, T = 1)" in evaluated.stdout
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert result["prompts"] == 64 and result["samples"] == 2
+    assert set(result["pass@k"]) == {"1", "2"}
+    assert result["pass@k"]["1"] <= result["pass@k"]["2"]
+    assert set(result["reward_means_greedy"]) == {"numeric_answer"}
+
+
+def test_eval_names_a_missing_dataset(tmp_path, tiny_model_dir, capsys) -> None:
+    from grpo.tools.cli import main
+
+    assert main(["eval", str(tiny_model_dir), "--data", str(tmp_path / "none.jsonl")]) == 2
+    assert "grpo eval: error: dataset not found" in capsys.readouterr().err
+    assert main(["eval", str(tiny_model_dir)]) == 2
+    assert "grpo eval needs a dataset: --data FILE" in capsys.readouterr().err

@@ -1,0 +1,359 @@
+"""Several processes (torchrun, gloo on CPU): a 2-process run is the 1-process run.
+
+Real ``torchrun --nproc_per_node 2 -m grpo train`` jobs on the tiny model, compared with
+``python -m grpo train`` on the same config: the same completions and rewards row for
+row (so the same advantages), the same metrics, and the same weights after 2 steps within
+1e-5. Also: a group split across processes, FSDP2, a rank that raises, a batch that does
+not split evenly. Each torchrun job takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo.algo.advantages import group_advantages
+from grpo.config import ConfigError, batch_plan, load_config
+from grpo.rollout.engine import SamplingParams, sample_from_uniform
+from grpo.rollout.hf_engine import TransformersEngine
+
+REWARD_MODULE = """
+import json, os
+
+
+def _dump(completions, rewards):
+    path = os.environ.get("GRPO_TEST_DUMP")
+    if path:
+        with open(f"{path}.{os.environ.get('RANK', '0')}", "a") as handle:
+            handle.write(json.dumps({"completions": completions, "rewards": rewards}) + "\\n")
+
+
+def digit_fraction(prompts, completions, **_):
+    rewards = [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+    _dump(completions, rewards)
+    return rewards
+
+
+def length_parity(prompts, completions, **_):
+    rewards = [float(len(text) % 2) for text in completions]
+    _dump(completions, rewards)
+    return rewards
+
+
+def fails_on_rank_1(prompts, completions, **_):
+    if os.environ.get("RANK") == "1":
+        raise ValueError("reward exploded on rank 1")
+    return [float(len(text) % 2) for text in completions]
+"""
+
+WEIGHT_TOLERANCE = 1e-5
+JOB_TIMEOUT_S = 300  # generous: the CPU cores are shared
+
+
+@pytest.fixture
+def job(tmp_path: Path, tiny_model_dir: Path, arithmetic_jsonl: Path):
+    """Writes the config and the reward module; returns run(processes, run_name, *overrides)."""
+    (tmp_path / "dist_rewards.py").write_text(REWARD_MODULE)
+    config = tmp_path / "grpo.toml"
+    config.write_text(
+        f'[model]\npath = "{tiny_model_dir}"\n'
+        f'[data]\ntrain_path = "{arithmetic_jsonl}"\n'
+        '[[rewards]]\nfunction = "dist_rewards:digit_fraction"\n'
+        "[rollout]\ngroup_size = 4\nmax_new_tokens = 6\n"
+        "[optim]\nlr = 1e-3\n"
+        "[train]\nsteps = 2\nprompts_per_step = 4\nsequences_per_micro_batch = 3\n"
+        "progress = false\ntensorboard = false\n"
+    )
+
+    def run(processes: int, name: str, *overrides: str) -> subprocess.CompletedProcess:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1",
+            "GRPO_TEST_DUMP": str(tmp_path / f"{name}.rewards"),
+        }
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(key, None)
+        launcher = [sys.executable, "-m", "grpo"]
+        if processes > 1:
+            launcher = [
+                *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
+                *("--nproc_per_node", str(processes), "-m", "grpo"),
+            ]
+        command = [*launcher, "train", str(config), f"--train.run_dir={tmp_path / name}"]
+        return subprocess.run(
+            [*command, *overrides],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=JOB_TIMEOUT_S,
+        )
+
+    run.tmp_path = tmp_path  # type: ignore[attr-defined]
+    return run
+
+
+def _metrics(run_dir: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _step_rows(dump: Path, processes: int) -> list[tuple[list[str], list[float]]]:
+    """Per step: (completions, rewards) of the whole step, processes' rows in rank order."""
+    per_rank = [
+        [json.loads(line) for line in Path(f"{dump}.{rank}").read_text().splitlines()]
+        for rank in range(processes)
+    ]
+    return [
+        (
+            [c for record in records for c in record["completions"]],
+            [r for record in records for r in record["rewards"]],
+        )
+        for records in zip(*per_rank, strict=True)
+    ]
+
+
+def _assert_same_run(job, one: str, two: str, group_size: int) -> None:
+    tmp_path = job.tmp_path
+    # The same completions and rewards, row for row: hence the same advantages.
+    single, double = (
+        _step_rows(tmp_path / f"{one}.rewards", 1),
+        _step_rows(tmp_path / f"{two}.rewards", 2),
+    )
+    assert len(single) == len(double) == 2
+    for (completions_1, rewards_1), (completions_2, rewards_2) in zip(single, double, strict=True):
+        assert completions_2 == completions_1
+        assert rewards_2 == rewards_1
+        advantages_1 = group_advantages(torch.tensor(rewards_1).view(-1, group_size))
+        advantages_2 = group_advantages(torch.tensor(rewards_2).view(-1, group_size))
+        assert torch.equal(advantages_1, advantages_2)
+    # Rank 0 alone wrote the log: one line per step, and the metrics agree.
+    metrics_1, metrics_2 = _metrics(tmp_path / one), _metrics(tmp_path / two)
+    assert [row["step"] for row in metrics_2] == [1, 2]
+    assert any(row["groups_trained"] > 0 for row in metrics_1), "no group had reward variance"
+    for row_1, row_2 in zip(metrics_1, metrics_2, strict=True):
+        assert set(row_1) == set(row_2)
+        for key, value in row_1.items():
+            if key.startswith("time/") or key.endswith("/seconds"):
+                continue
+            assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    # The same weights after 2 steps.
+    from safetensors.torch import load_file
+
+    weights_1 = load_file(tmp_path / one / "final" / "model.safetensors")
+    weights_2 = load_file(tmp_path / two / "final" / "model.safetensors")
+    assert weights_1.keys() == weights_2.keys()
+    for name, tensor in weights_1.items():
+        assert torch.allclose(tensor, weights_2[name], atol=WEIGHT_TOLERANCE, rtol=0), name
+
+
+def _ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "group_size"),
+    [
+        # 16 rows, 8 per process; micro-batches of 3, so processes keep different counts.
+        (("--algorithm.beta=0.05",), 4),
+        # 6 rows, 3 per process: prompt 1's group is split between the processes.
+        (
+            (
+                "--train.prompts_per_step=3",
+                "--rollout.group_size=2",
+                "--train.sequences_per_micro_batch=2",
+                "--algorithm.inner_iterations=2",
+                "--algorithm.aggregation=token",
+            ),
+            2,
+        ),
+    ],
+    ids=["whole-groups", "split-group"],
+)
+def test_two_processes_train_exactly_as_one(job, overrides, group_size) -> None:
+    _ok(job(1, "one", *overrides))
+    two = job(2, "two", *overrides)
+    _ok(two)
+    assert "2 processes × " in two.stdout and two.stdout.count("final policy saved") == 1
+    _assert_same_run(job, "one", "two", group_size)
+
+
+def test_fsdp_trains_exactly_as_one_process(job) -> None:
+    from transformers import AutoModelForCausalLM
+
+    overrides = ("--algorithm.beta=0.05", "--train.save_every=1")
+    _ok(job(1, "one", *overrides))
+    _ok(job(2, "fsdp", "--distributed.strategy=fsdp", *overrides))
+    _assert_same_run(job, "one", "fsdp", 4)
+    final = job.tmp_path / "fsdp" / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    AutoModelForCausalLM.from_pretrained(final)
+    # The gathered checkpoint resumes: a third step from it, still under FSDP.
+    resumed = job(
+        2,
+        "fsdp",
+        "--distributed.strategy=fsdp",
+        *overrides,
+        "--train.resume=true",
+        "--train.steps=3",
+    )
+    _ok(resumed)
+    assert "resumed from" in resumed.stdout
+    assert [row["step"] for row in _metrics(job.tmp_path / "fsdp")] == [1, 2, 3]
+
+
+def test_a_rank_that_raises_stops_the_whole_job(job) -> None:
+    started = time.monotonic()
+    result = job(2, "fails", "--rewards=[{function='dist_rewards:fails_on_rank_1'}]")
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert "reward exploded on rank 1" in result.stderr
+    assert elapsed < 120, f"the job took {elapsed:.0f} s to stop"
+
+
+def test_a_batch_that_does_not_split_evenly_is_a_start_up_error(job) -> None:
+    result = job(2, "uneven", "--train.prompts_per_step=3", "--rollout.group_size=3")
+    assert result.returncode != 0
+    assert "3 × 3 = 9 sequences per step cannot be split evenly over 2 processes" in result.stderr
+
+
+def test_batch_plan_names_the_keys(tiny_model_dir, arithmetic_jsonl) -> None:
+    config = load_config(
+        None,
+        [
+            f"model.path='{tiny_model_dir}'",
+            f"data.train_path='{arithmetic_jsonl}'",
+            "rewards=[{function='grpo.rewards:numeric_answer'}]",
+            "train.prompts_per_step=3",
+            "rollout.group_size=2",
+        ],
+    )
+    assert batch_plan(config, 3).sequences_per_rank == 2  # 6 rows: a group may span ranks
+    with pytest.raises(ConfigError, match=r"train.prompts_per_step × rollout.group_size"):
+        batch_plan(config, 4)
+
+
+def _engine(tiny_model_dir: Path, chunk: int) -> tuple[TransformersEngine, list[list[int]]]:
+    from transformers import AutoModelForCausalLM
+
+    from grpo.demo.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    engine = TransformersEngine(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids={tokenizer.eos_token_id},
+        max_sequences_per_batch=chunk,
+    )
+    prompts = [tokenizer(text)["input_ids"] for text in ("12+3=", "7*8=", "100-1=")]
+    return engine, prompts
+
+
+def test_a_row_rolls_out_the_same_whatever_the_split(tiny_model_dir) -> None:
+    """3 prompts × G = 4: rows [0, 6) and [6, 12) (prompt 1's group split) and chunks of 5
+    give the tokens and log-probs of the whole batch at once."""
+    params = SamplingParams(temperature=0.9, top_p=0.95, max_new_tokens=8)
+    whole_engine, prompts = _engine(tiny_model_dir, chunk=512)
+    whole = whole_engine.generate(prompts, 4, params, torch.Generator().manual_seed(3))
+    split_engine, _ = _engine(tiny_model_dir, chunk=5)
+    halves = [
+        split_engine.generate(prompts, 4, params, torch.Generator().manual_seed(3), rows=rows)
+        for rows in (slice(0, 6), slice(6, 12))
+    ]
+    for half, rows in zip(halves, (slice(0, 6), slice(6, 12)), strict=True):
+        width = half.completion_ids_BT.shape[1]
+        mask = whole.completion_mask_BT[rows]
+        assert torch.equal(half.completion_mask_BT, mask[:, :width])
+        assert not mask[:, width:].any()
+        assert torch.equal(
+            half.completion_ids_BT * half.completion_mask_BT,
+            (whole.completion_ids_BT[rows] * mask)[:, :width],
+        )
+        assert torch.allclose(half.sampler_logp_BT, whole.sampler_logp_BT[rows, :width], atol=1e-5)
+        real = half.prompt_mask_BP.bool()
+        whole_real = whole.prompt_mask_BP[rows].bool()
+        for row in range(6):
+            assert half.prompt_ids_BP[row][real[row]].tolist() == (
+                whole.prompt_ids_BP[rows][row][whole_real[row]].tolist()
+            )
+
+
+def test_inverse_cdf_sampling_follows_the_distribution() -> None:
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0]])
+    u = torch.linspace(0, 1, 100_001)[:-1]  # a fine grid over [0, 1)
+    tokens = sample_from_uniform(probs.expand(len(u), -1), u)
+    frequencies = torch.bincount(tokens, minlength=5).float() / len(u)
+    assert torch.allclose(frequencies, probs[0], atol=1e-4)
+    edge = sample_from_uniform(probs, torch.tensor([1.0 - 2**-24]))
+    assert edge.item() == 3  # the last token with probability, never a zero-probability one
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_with_two_processes_trains_as_one(job) -> None:
+    # Length parity in groups of 2: about half the groups have no variance, so steps refill;
+    # 3 prompts × 2 = 6 rows per round, 3 per process, prompt 1's group split between them.
+    overrides = (
+        "--rewards=[{function='dist_rewards:length_parity'}]",
+        "--train.prompts_per_step=3",
+        "--rollout.group_size=2",
+        "--train.sequences_per_micro_batch=2",
+        "--algorithm.dynamic_sampling=true",
+        "--algorithm.max_generation_rounds=3",
+    )
+    _ok(job(1, "one", *overrides))
+    _ok(job(2, "two", *overrides))
+    single = _step_rows(job.tmp_path / "one.rewards", 1)
+    assert _step_rows(job.tmp_path / "two.rewards", 2) == single  # every round, row for row
+    metrics_1, metrics_2 = _metrics(job.tmp_path / "one"), _metrics(job.tmp_path / "two")
+    assert sum(row["generation_rounds"] for row in metrics_1) == len(single) > 2
+    for row_1, row_2 in zip(metrics_1, metrics_2, strict=True):
+        for key, value in row_1.items():
+            if not (key.startswith("time/") or key.endswith("/seconds")):
+                assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    from safetensors.torch import load_file
+
+    weights_1 = load_file(job.tmp_path / "one" / "final" / "model.safetensors")
+    weights_2 = load_file(job.tmp_path / "two" / "final" / "model.safetensors")
+    for name, tensor in weights_1.items():
+        assert torch.allclose(tensor, weights_2[name], atol=WEIGHT_TOLERANCE, rtol=0), name
+
+
+@pytest.mark.slow
+def test_completions_log_pairs_each_row_with_its_own_advantage_across_rounds(job) -> None:
+    # Rank 0 logs its rows of the step's last generation round. With dynamic sampling the
+    # rows of several rounds are regrouped per process for the update; the logged
+    # advantages must still be those of the logged completions: the 1-process log's rows
+    # for the same rows (the runs are row for row identical).
+    overrides = (
+        "--rewards=[{function='dist_rewards:length_parity'}]",
+        "--train.prompts_per_step=2",
+        "--rollout.group_size=2",
+        "--train.sequences_per_micro_batch=2",
+        "--train.steps=4",
+        "--train.completions_every=1",
+        "--algorithm.dynamic_sampling=true",
+        "--algorithm.max_generation_rounds=3",
+    )
+    _ok(job(1, "one", *overrides))
+    _ok(job(2, "two", *overrides))
+    metrics = _metrics(job.tmp_path / "one")
+    assert any(row["generation_rounds"] > 1 for row in metrics), "no step refilled"
+
+    def logged(name: str) -> dict[int, list[dict]]:
+        rows: dict[int, list[dict]] = {}
+        for line in (job.tmp_path / name / "completions.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            rows.setdefault(row["step"], []).append(row)
+        return rows
+
+    single, double = logged("one"), logged("two")
+    assert sorted(double) == sorted(single) == [1, 2, 3, 4]
+    for step, rows in single.items():
+        assert double[step] == rows[: len(rows) // 2], f"step {step}"

@@ -1,0 +1,137 @@
+"""The whole loop on a tiny random model: 2 steps, finite loss, every parameter moves."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from grpo.config import load_config
+from grpo.rewards.runner import RewardFunction
+
+
+def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
+    """Varies between random completions, so groups have signal."""
+    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+
+
+def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
+    return load_config(
+        None,
+        [
+            f"model.path='{tiny_model_dir}'",
+            f"data.train_path='{arithmetic_jsonl}'",
+            "rewards=[{function='grpo.rewards:numeric_answer'}]",
+            "train.steps=2",
+            "train.prompts_per_step=4",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=6",
+            "train.sequences_per_micro_batch=5",
+            f"train.run_dir='{tmp_path / 'run'}'",
+            "optim.lr=1e-2",
+            "train.progress=false",
+            *extra,
+        ],
+    )
+
+
+REWARDS = [RewardFunction(name="digit_fraction", fn=digit_fraction)]
+
+
+def test_two_steps_move_every_parameter(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from grpo.training.loop import train
+
+    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.beta=0.05")
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    result = train(config, reward_functions=REWARDS, verbose=False)
+    trained = [row for row in result.history if row["groups_trained"] > 0]
+    assert trained, "no group had reward variance"
+    assert all(math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"]) for row in trained)
+    assert all(row["kl"] >= 0 for row in trained)
+    after = AutoModelForCausalLM.from_pretrained(result.final_dir)  # the saved policy loads back
+    for (name, old), new in zip(before.named_parameters(), after.parameters(), strict=True):
+        assert not torch.equal(old, new), f"{name} did not change"
+    lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    for key in (
+        "reward/mean",
+        "zero_variance_frac",
+        "completion_len/mean",
+        "truncated_frac",
+        "time/rollout",
+    ):
+        assert key in json.loads(lines[-1])
+
+
+def test_beta_zero_loads_no_reference_model(
+    tiny_model_dir, arithmetic_jsonl, tmp_path, monkeypatch
+) -> None:
+    import grpo.training.loop
+    import grpo.training.setup
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a reference model was loaded with beta = 0")
+
+    monkeypatch.setattr(grpo.training.setup, "load_reference", forbidden)
+    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.beta=0.0")
+    result = grpo.training.loop.train(config, reward_functions=REWARDS, verbose=False)
+    assert all("kl" not in row for row in result.history)
+
+
+def test_zero_variance_groups_are_skipped_and_counted(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.training.loop import train
+
+    constant = [
+        RewardFunction(
+            name="constant", fn=lambda prompts, completions, **_: [1.0] * len(completions)
+        )
+    ]
+    result = train(
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path),
+        reward_functions=constant,
+        verbose=False,
+    )
+    for row in result.history:
+        assert row["zero_variance_frac"] == 1.0 and row["groups_trained"] == 0
+        assert "grad_norm" not in row  # no forward/backward was spent
+
+
+def test_resume_continues_from_the_checkpoint(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+    from grpo.training.loop import train
+
+    first = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.save_every=1")
+    train(first, reward_functions=REWARDS, verbose=False)
+    resumed = _config(
+        tiny_model_dir,
+        arithmetic_jsonl,
+        tmp_path,
+        "train.save_every=1",
+        "train.resume=true",
+        "train.steps=3",
+    )
+    result = train(resumed, reward_functions=REWARDS, verbose=False)
+    assert [row["step"] for row in result.history] == [3]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.stepz=3", "unknown config key 'train.stepz'"),
+        ("rollout.group_size=1", "rollout.group_size"),
+        ("algorithm.aggregation='mean'", "algorithm.aggregation must be one of"),
+        ("optim.lr='fast'", "optim.lr must be a number"),
+    ],
+)
+def test_bad_config_names_the_key(
+    tiny_model_dir, arithmetic_jsonl, tmp_path, override, message
+) -> None:
+    from grpo.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, override)

@@ -1,0 +1,194 @@
+"""The trainer with dynamic sampling, the curriculum and the advantage variants (tiny model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from grpo.config import load_config
+from grpo.rewards.runner import RewardFunction
+
+
+def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
+    return load_config(
+        None,
+        [
+            f"model.path='{tiny_model_dir}'",
+            f"data.train_path='{arithmetic_jsonl}'",
+            "rewards=[{function='grpo.rewards:numeric_answer'}]",
+            "train.steps=2",
+            "train.prompts_per_step=4",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=4",
+            "train.sequences_per_micro_batch=8",
+            f"train.run_dir='{tmp_path / 'run'}'",
+            "optim.lr=1e-2",
+            "algorithm.beta=0.0",
+            "train.progress=false",
+            *extra,
+        ],
+    )
+
+
+def scripted(patterns: list[list[list[float]]]):
+    """A reward that returns ``patterns[k]`` (one list of G rewards per group) on its k-th
+    call, then the last pattern again: which groups have variance is chosen by the test."""
+    calls = []
+
+    def reward(prompts: list[str], completions: list[str], **_: object) -> list[float]:
+        pattern = patterns[min(len(calls), len(patterns) - 1)]
+        calls.append(len(completions))
+        return [value for group in pattern for value in group]
+
+    return [RewardFunction(name="scripted", fn=reward)], calls
+
+
+MIXED, RIGHT, WRONG = [1.0, 0.0, 1.0, 0.0], [1.0] * 4, [0.0] * 4
+
+
+def test_dynamic_sampling_refills_until_enough_informative_groups(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.training.loop import train
+
+    # Step 1: round 1 has 1 mixed group of 4, round 2 has 2, round 3 has 4 → 7 ≥ 4 after 3
+    # rounds; the step trains the first 4 (1 + 2 + 1). Step 2: every round all mixed → 1 round.
+    rewards, calls = scripted(
+        [
+            [MIXED, RIGHT, WRONG, WRONG],
+            [RIGHT, MIXED, MIXED, WRONG],
+            [MIXED] * 4,
+        ]
+    )
+    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.dynamic_sampling=true")
+    history = train(config, reward_functions=rewards, verbose=False).history
+    assert len(calls) == 4
+    first, second = history
+    assert first["generation_rounds"] == 3 and second["generation_rounds"] == 1
+    assert first["groups_trained"] == 4 and second["groups_trained"] == 4
+    # Step 1: 12 groups of 4 = 48 samples; 5 zero-variance groups (2 right, 3 wrong) = 20.
+    assert first["samples/generated"] == 48 and first["samples/zero_variance"] == 20
+    assert first["groups/all_correct_frac"] == pytest.approx(2 / 12)
+    assert first["groups/all_wrong_frac"] == pytest.approx(3 / 12)
+    assert first["groups/mixed_frac"] == pytest.approx(7 / 12)
+    assert second["samples/generated_total"] == 64 and second["samples/zero_variance_total"] == 20
+    assert second["samples/wasted_frac_total"] == pytest.approx(20 / 64)
+    assert "grad_norm" in first
+    # The per-prompt statistics of the run, one line per prompt of the dataset.
+    lines = (tmp_path / "run" / "prompt_stats.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 64 and sum(row["attempts"] for row in rows) == 64
+    assert sum(row["successes"] for row in rows) == 2 * 4 + 7 * 2 + 4 * 2  # right + mixed
+
+
+def test_dynamic_sampling_stops_at_the_round_cap(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.training.loop import train
+
+    rewards, calls = scripted([[WRONG] * 4])
+    config = _config(
+        tiny_model_dir,
+        arithmetic_jsonl,
+        tmp_path,
+        "algorithm.dynamic_sampling=true",
+        "algorithm.max_generation_rounds=3",
+    )
+    history = train(config, reward_functions=rewards, verbose=False).history
+    assert len(calls) == 6
+    for row in history:
+        assert row["generation_rounds"] == 3 and row["groups_trained"] == 0
+        assert row["samples/generated"] == 48 and row["samples/zero_variance"] == 48
+        assert row["groups/all_wrong_frac"] == 1.0
+    assert history[-1]["samples/wasted_frac_total"] == 1.0
+
+
+def test_uniform_sampling_reports_wasted_samples(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.training.loop import train
+
+    rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
+    history = train(
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path), reward_functions=rewards, verbose=False
+    ).history
+    for step, row in enumerate(history, start=1):
+        assert row["generation_rounds"] == 1 and row["groups_trained"] == 2
+        assert row["samples/zero_variance"] == 8 and row["samples/zero_variance_total"] == 8 * step
+        assert row["samples/generated_total"] == 16 * step
+        assert row["groups/mixed_frac"] == 0.5
+
+
+def test_curriculum_run_saves_and_resumes_its_statistics(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.training.checkpoint import latest_checkpoint, load_checkpoint
+    from grpo.training.loop import train
+
+    rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
+    options = ("curriculum.enabled=true", "curriculum.strength=2.0", "train.save_every=1")
+    train(
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *options),
+        reward_functions=rewards,
+        verbose=False,
+    )
+    state = load_checkpoint(latest_checkpoint(tmp_path / "run"))["tensors"]["sampler"]
+    stats = state["stats"]
+    assert sum(stats["attempts"]) == 32 and stats["generated"] == 32
+    assert sum(stats["successes"]) == 2 * (2 + 4 + 0 + 2)  # per step: 2 mixed, 1 right
+    assert max(stats["last_step"]) == 2 and state["draws"] == 2
+    resumed = train(
+        _config(
+            tiny_model_dir,
+            arithmetic_jsonl,
+            tmp_path,
+            *options,
+            "train.resume=true",
+            "train.steps=3",
+        ),
+        reward_functions=rewards,
+        verbose=False,
+    )
+    assert [row["step"] for row in resumed.history] == [3]
+    assert resumed.history[0]["samples/generated_total"] == 48
+
+
+@pytest.mark.parametrize("scale", ["rloo", "none", "batch"])
+def test_advantage_variants_train(tiny_model_dir, arithmetic_jsonl, tmp_path, scale) -> None:
+    from grpo.training.loop import train
+
+    rewards, _ = scripted([[MIXED, RIGHT, [0.0, 2.0, 0.0, 0.0], WRONG]])
+    config = _config(
+        tiny_model_dir,
+        arithmetic_jsonl,
+        tmp_path,
+        f"algorithm.advantage_scale='{scale}'",
+        "train.steps=1",
+    )
+    history = train(config, reward_functions=rewards, verbose=False).history
+    assert all(row["groups_trained"] == 2 for row in history)
+    assert all(torch.isfinite(torch.tensor(row["loss"])) for row in history)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("algorithm.dynamic_sampling=true", "algorithm.estimator='ppo'"),
+            "algorithm.dynamic_sampling needs algorithm.estimator = 'grpo'",
+        ),
+        (("algorithm.max_generation_rounds=0",), "algorithm.max_generation_rounds must be ≥ 1"),
+        (("curriculum.strength=-1.0",), "curriculum.strength must be ≥ 0"),
+        (("curriculum.prior_failures=0.0",), "curriculum.prior_failures must be > 0"),
+        (("curriculum.enable=true",), "unknown config key 'curriculum.enable'"),
+    ],
+)
+def test_bad_learning_signal_config_names_the_key(
+    tiny_model_dir, arithmetic_jsonl, tmp_path, overrides, message
+) -> None:
+    from grpo.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *overrides)
