@@ -27,6 +27,7 @@ means one thing everywhere:
 So ``advantages_B`` is one advantage per completion, ``advantages_BT`` one per completion
 token (PPO's GAE, or GRPO's A_i expanded along T), ``rewards_NG`` a step's rewards by group.
 """
+
 from grpo.algo.advantages import group_advantages, leave_one_out_advantages
 from grpo.algo.groups import zero_variance_groups
 from grpo.algo.kl import kl_penalty

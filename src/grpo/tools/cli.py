@@ -91,7 +91,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         tokenizer,
         dataset,
         rewards,
-        correctness_reward(config, rewards),
+        correctness_reward(config.eval.reward, rewards),
         max_new_tokens=args.max_new_tokens
         or config.eval.max_new_tokens
         or config.rollout.max_new_tokens,

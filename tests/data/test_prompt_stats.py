@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo.config import CurriculumConfig
-from grpo.data.prompt_stats import (
-    PromptStats,
+from grpo.algo.curriculum import (
     completion_successes,
     curriculum_probabilities,
     group_outcomes,
-    run_totals,
     uncertainty_weights,
 )
+from grpo.config import CurriculumConfig
+from grpo.data.prompt_stats import PromptStats, run_totals
 from grpo.data.sampler import PromptSampler
 
 
