@@ -1,6 +1,15 @@
+import pytest
 import torch
 
-from grpo.rollout.engine import SamplingParams, filter_logits, left_pad
+from grpo.rollout.engine import (
+    Rollout,
+    RolloutEngine,
+    RolloutRequest,
+    SamplingParams,
+    concat_rollouts,
+    filter_logits,
+    left_pad,
+)
 from grpo.rollout.hf_engine import TransformersEngine
 
 
@@ -15,6 +24,54 @@ def test_filter_logits_top_k_and_top_p() -> None:
     assert torch.isinf(filter_logits(logits, 2, 1.0)[0, 2:]).all()
     kept = ~torch.isinf(filter_logits(logits, 0, 0.7))
     assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7, 0.5 + 0.3 ≥ 0.7
+
+
+def _rollout(prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> Rollout:
+    prompt_ids_BP = torch.tensor(prompt_ids)
+    completion_ids_BT = torch.tensor(completion_ids)
+    return Rollout(
+        prompt_ids_BP=prompt_ids_BP,
+        prompt_mask_BP=torch.ones_like(prompt_ids_BP),
+        completion_ids_BT=completion_ids_BT,
+        completion_mask_BT=torch.ones_like(completion_ids_BT),
+        sampler_logp_BT=-completion_ids_BT.float(),
+        stopped_B=torch.ones(len(prompt_ids), dtype=torch.bool),
+    )
+
+
+def test_concat_rollouts_pads_prompts_left_and_completions_right() -> None:
+    short_prompt = _rollout([[5]], [[6, 7, 8]])
+    long_prompt = _rollout([[1, 2, 3], [4, 5, 6]], [[9], [10]])
+    both = concat_rollouts([short_prompt, long_prompt], pad_token_id=0)
+    assert both.prompt_ids_BP.tolist() == [[0, 0, 5], [1, 2, 3], [4, 5, 6]]
+    assert both.prompt_mask_BP.tolist() == [[0, 0, 1], [1, 1, 1], [1, 1, 1]]
+    assert both.completion_ids_BT.tolist() == [[6, 7, 8], [9, 0, 0], [10, 0, 0]]
+    assert both.completion_mask_BT.tolist() == [[1, 1, 1], [1, 0, 0], [1, 0, 0]]
+    assert both.sampler_logp_BT.tolist() == [[-6, -7, -8], [-9, 0, 0], [-10, 0, 0]]
+    assert both.stopped_B.tolist() == [True, True, True]
+    assert concat_rollouts([short_prompt], pad_token_id=0) is short_prompt
+
+
+class _RecordingEngine(RolloutEngine):
+    def __init__(self) -> None:
+        self.requests: list[RolloutRequest] = []
+
+    def generate_rows(self, request: RolloutRequest) -> Rollout:
+        self.requests.append(request)
+        return _rollout([[1]], [[2]])
+
+
+def test_generate_validates_rows_once_for_every_engine() -> None:
+    engine, params = _RecordingEngine(), SamplingParams()
+    engine.generate([[1], [2], [3]], 2, params, None, rows=slice(1, 4))
+    engine.generate([[1], [2], [3]], 2, params)
+    (part, whole) = engine.requests
+    assert (part.start, part.stop, part.total_rows) == (1, 4, 6)
+    assert (whole.start, whole.stop) == (0, 6)
+    for rows in (slice(0, 6, 2), slice(4, 4), slice(7, 9)):
+        with pytest.raises(ValueError, match="contiguous block of the 6"):
+            engine.generate([[1], [2], [3]], 2, params, None, rows=rows)
+    assert len(engine.requests) == 2  # an invalid block never reaches the engine
 
 
 def _engine(tiny_model_dir):

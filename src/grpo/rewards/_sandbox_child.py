@@ -1,9 +1,11 @@
 """Sandbox launcher: isolates itself, forks, drops privileges, ``exec``s the program.
 
 Run by :mod:`grpo.rewards.sandbox` as ``python -I -S _sandbox_child.py SPEC_JSON`` in a new
-session, never imported. Standard library only, and it does its set-up *here*, after the
-``fork``/``exec`` done by :class:`subprocess.Popen`, rather than in a ``preexec_fn``: the
-trainer is multi-threaded, and ``preexec_fn`` is not safe in a multi-threaded parent.
+session, never imported. Standard library only (plus the seccomp filter and the rlimits, in
+the sibling files ``_sandbox_seccomp.py`` and ``_sandbox_limits.py``, loaded by path), and
+it does its set-up *here*, after the ``fork``/``exec`` done by :class:`subprocess.Popen`,
+rather than in a ``preexec_fn``: the trainer is multi-threaded, and ``preexec_fn`` is not
+safe in a multi-threaded parent.
 
 The program runs in a child of this launcher, which stays outside it as a subreaper: when
 the program exits or is killed, everything it started is killed and reaped here, and the
@@ -40,14 +42,32 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import importlib.util
 import json
 import os
-import platform
-import resource
 import signal
 import stat
 import struct
 import sys
+import types
+
+
+def _load_sibling(name: str) -> types.ModuleType:
+    """A module from this file's directory, by path: under ``python -I`` the directory is not
+    on ``sys.path``, and must not be (its ``math.py`` would shadow the standard library's).
+    Loaded at start-up, before the mount namespace can hide the directory."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+_seccomp = _load_sibling("_sandbox_seccomp")
+_limits = _load_sibling("_sandbox_limits")
+
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -166,141 +186,17 @@ def _setup_mounts(spec: dict, uid: int | None, new_proc: bool) -> str:
 
 # --- seccomp ---------------------------------------------------------------------------
 
-# (audit arch, syscall numbers) for the two architectures the filter knows.
-_SYSCALLS = {
-    "x86_64": (
-        0xC000003E,
-        {
-            "kill": 62,
-            "tkill": 200,
-            "tgkill": 234,
-            "socket": 41,
-            "ptrace": 101,
-            "setsid": 112,
-            "setpgid": 109,
-            "process_vm_readv": 310,
-            "process_vm_writev": 311,
-            "rt_sigqueueinfo": 129,
-            "rt_tgsigqueueinfo": 297,
-        },
-    ),
-    "aarch64": (
-        0xC00000B7,
-        {
-            "kill": 129,
-            "tkill": 130,
-            "tgkill": 131,
-            "socket": 198,
-            "ptrace": 117,
-            "setsid": 157,
-            "setpgid": 154,
-            "process_vm_readv": 270,
-            "process_vm_writev": 271,
-            "rt_sigqueueinfo": 138,
-            "rt_tgsigqueueinfo": 240,
-        },
-    ),
-}
-_COMMON = {"pidfd_send_signal": 424, "io_uring_setup": 425, "pidfd_getfd": 438}
-# Refused outright. kill and tgkill are allowed on the process itself only, socket for
-# AF_UNIX only. setsid/setpgid: without them nothing leaves the process group we kill.
-_DENIED = (
-    "tkill",
-    "ptrace",
-    "setsid",
-    "setpgid",
-    "process_vm_readv",
-    "process_vm_writev",
-    "rt_sigqueueinfo",
-    "rt_tgsigqueueinfo",
-    "pidfd_send_signal",
-    "io_uring_setup",
-    "pidfd_getfd",
-)
-
 
 def _install_seccomp(own_pid: int) -> None:
-    """Refuse (EPERM) signals to anything but this process, ptrace, new sessions or groups,
-    io_uring and sockets other than AF_UNIX; an unknown ABI on this arch is killed."""
-    machine = platform.machine()
-    if machine not in _SYSCALLS:
-        raise OSError(f"no seccomp filter for {machine}")
-    arch, numbers = _SYSCALLS[machine]
-    numbers = {**numbers, **_COMMON}
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ERRNO(EPERM), KILL_PROCESS
-    # Program as (code, jump-if-true label, jump-if-false label, k); labels resolved below.
-    program: list[tuple[int, str | None, str | None, int]] = [
-        (ld, None, None, 4),
-        (jeq, None, "kill", arch),
-        (ld, None, None, 0),
-    ]
-    if machine == "x86_64":
-        program.append((jge, "kill", None, 0x40000000))  # the x32 ABI: other numbers
-    program += [
-        (jeq, "own_pid_arg", None, numbers["kill"]),
-        (jeq, "own_pid_arg", None, numbers["tgkill"]),
-        (jeq, "unix_only", None, numbers["socket"]),
-    ]
-    for name in _DENIED:
-        program.append((jeq, "deny", None, numbers[name]))
-    labels = {}
-    program.append((ret, None, None, allow))
-    labels["own_pid_arg"] = len(program)
-    program += [(ld, None, None, 16), (jeq, "allow", None, own_pid), (jeq, "allow", "deny", 0)]
-    labels["unix_only"] = len(program)
-    program += [(ld, None, None, 16), (jeq, "allow", "deny", 1)]  # AF_UNIX
-    labels["allow"] = len(program)
-    program.append((ret, None, None, allow))
-    labels["deny"] = len(program)
-    program.append((ret, None, None, deny))
-    labels["kill"] = len(program)
-    program.append((ret, None, None, kill))
-    packed = b""
-    for index, (code, true, false, k) in enumerate(program):
-        jt = labels[true] - index - 1 if true else 0
-        jf = labels[false] - index - 1 if false else 0
-        packed += struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+    """Install the filter of ``_sandbox_seccomp``: refuse (EPERM) signals to anything but
+    this process, ptrace, new sessions or groups, io_uring and sockets other than AF_UNIX;
+    an unknown ABI on this arch is killed."""
+    packed, length = _seccomp.seccomp_filter(own_pid)
     buffer = ctypes.create_string_buffer(packed)
-    fprog = struct.pack("HL", len(program), ctypes.addressof(buffer))
+    fprog = struct.pack("HL", length, ctypes.addressof(buffer))
     fprog_buffer = ctypes.create_string_buffer(fprog)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog_buffer, 0, 0), "seccomp")
-
-
-# --- limits ----------------------------------------------------------------------------
-
-
-def _own_task_count(uid: int) -> int:
-    """Tasks (threads count: RLIMIT_NPROC counts them) already running under ``uid``."""
-    count = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as handle:
-                status = dict(line.split(":", 1) for line in handle if ":" in line)
-            if int(status["Uid"].split()[0]) == uid:
-                count += int(status["Threads"])
-        except (OSError, KeyError, ValueError):
-            continue
-    return count
-
-
-def _set_limits(limits: dict, shared_uid: bool) -> None:
-    cpu = int(limits["cpu_s"])
-    nproc = limits["max_processes"]
-    if shared_uid:  # the count is per user: leave room for the user's other processes
-        nproc += _own_task_count(os.getuid())
-    for which, value in (
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL after
-        (resource.RLIMIT_AS, (limits["memory_bytes"],) * 2),
-        (resource.RLIMIT_NPROC, (nproc, nproc)),
-        (resource.RLIMIT_FSIZE, (limits["file_size_bytes"],) * 2),
-        (resource.RLIMIT_NOFILE, (limits["open_files"],) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ):
-        resource.setrlimit(which, value)
 
 
 # --- main ------------------------------------------------------------------------------
@@ -387,21 +283,54 @@ def _reap_and_relay(child: int, spec: dict) -> None:
 
 def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str]:
     os.umask(0o022)
-    workdir = spec["host_dir"]
+    host_dir = spec["host_dir"]
     files = {}
-    for name in os.listdir(workdir):  # read now: the host dir is hidden once /tmp is replaced
-        with open(os.path.join(workdir, name), "rb") as handle:
+    for name in os.listdir(host_dir):  # read now: the host dir is hidden once /tmp is replaced
+        with open(os.path.join(host_dir, name), "rb") as handle:
             files[name] = handle.read()
     is_root = os.geteuid() == 0
     namespaces = 0
     if spec["isolation"] == "auto":
         namespaces = _enter_namespaces(is_root, features)
-    # The program runs in a child: PID 1 of the new PID namespace if there is one, else
-    # the leader of a new process group. This process stays outside, reaps it and any
-    # orphans (none are left to the machine's init, which may never reap them), and exits
-    # with its status. The child's host pid goes to the host, which on timeout kills the
-    # namespace or the group, not this process; the child waits until that line is
-    # written, so the program cannot write one first. PDEATHSIG ties the child to us.
+    _fork_program(spec, control)
+    if namespaces & CLONE_NEWPID:
+        features.append("pidns")
+    else:
+        os.setpgid(0, 0)
+    # As root, drop to the run's own uid where the Python installation is visible to it:
+    # re-exposed by the mount namespace, or readable by anyone (not under /root, say).
+    uid = None
+    if is_root and (namespaces & CLONE_NEWNS or _readable_by_anyone(spec)):
+        uid = spec["uid"]
+    workdir = _prepare_workdir(spec, files, uid, namespaces, features)
+    _limits.set_limits(spec["limits"], shared_uid=uid is None and not is_root and not namespaces)
+    features.append("rlimits")
+    if uid is not None:
+        _become(uid)
+        features.append("uid")
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries (sudo, su) from here
+    if spec["isolation"] == "seccomp" or (
+        spec["isolation"] == "auto" and not namespaces & CLONE_NEWPID
+    ):
+        _install_seccomp(os.getpid())
+        features.append("seccomp")
+    missing = [name for name in spec["require"] if name not in features]
+    if missing:
+        raise OSError(f"required isolation not available: {', '.join(missing)}")
+    _report(control, "ISOLATION " + ",".join(features))
+    _exec_program(spec, control, workdir)
+    return features  # not reached
+
+
+def _fork_program(spec: dict, control: int) -> None:
+    """Fork; only the child returns, to become the program.
+
+    The program runs in a child: PID 1 of the new PID namespace if there is one, else
+    the leader of a new process group. This process stays outside, reaps it and any
+    orphans (none are left to the machine's init, which may never reap them), and exits
+    with its status. The child's host pid goes to the host, which on timeout kills the
+    namespace or the group, not this process; the child waits until that line is
+    written, so the program cannot write one first. PDEATHSIG ties the child to us."""
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     ready_r, ready_w = os.pipe()
     child = os.fork()
@@ -414,45 +343,39 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
     os.read(ready_r, 1)
     os.close(ready_r)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if namespaces & CLONE_NEWPID:
-        features.append("pidns")
-    else:
-        os.setpgid(0, 0)
-    # As root, drop to the run's own uid where the Python installation is visible to it:
-    # re-exposed by the mount namespace, or readable by anyone (not under /root, say).
-    uid = None
-    if is_root and (namespaces & CLONE_NEWNS or _readable_by_anyone(spec)):
-        uid = spec["uid"]
-    if namespaces & CLONE_NEWNS:
-        workdir = _setup_mounts(spec, uid, new_proc=bool(namespaces & CLONE_NEWPID))
-        features.append("mountns")
-        for name, data in files.items():
-            path = os.path.join(workdir, name)
-            with open(path, "wb") as handle:
-                handle.write(data)
-            if uid is not None:
-                os.chown(path, uid, uid)
-    elif uid is not None:  # the host directory is the working directory
-        for name in [".", *files]:
-            os.chown(os.path.join(workdir, name), uid, uid)
-    _set_limits(spec["limits"], shared_uid=uid is None and not is_root and not namespaces)
-    features.append("rlimits")
-    if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        features.append("uid")
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the uid change
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries (sudo, su) from here
-    if spec["isolation"] == "seccomp" or (
-        spec["isolation"] == "auto" and not namespaces & CLONE_NEWPID
-    ):
-        _install_seccomp(os.getpid())
-        features.append("seccomp")
-    missing = [name for name in spec["require"] if name not in features]
-    if missing:
-        raise OSError(f"required isolation not available: {', '.join(missing)}")
-    _report(control, "ISOLATION " + ",".join(features))
+
+
+def _prepare_workdir(
+    spec: dict, files: dict[str, bytes], uid: int | None, namespaces: int, features: list[str]
+) -> str:
+    """The program's working directory, holding ``files`` and owned by ``uid`` if given: a
+    new one in the private /tmp with a mount namespace, else the host directory."""
+    if not namespaces & CLONE_NEWNS:
+        if uid is not None:  # the host directory is the working directory
+            for name in [".", *files]:
+                os.chown(os.path.join(spec["host_dir"], name), uid, uid)
+        return spec["host_dir"]
+    workdir = _setup_mounts(spec, uid, new_proc=bool(namespaces & CLONE_NEWPID))
+    features.append("mountns")
+    for name, data in files.items():
+        path = os.path.join(workdir, name)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        if uid is not None:
+            os.chown(path, uid, uid)
+    return workdir
+
+
+def _become(uid: int) -> None:
+    """Switch to ``uid`` (and the same gid, no supplementary groups) for good."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the uid change
+
+
+def _exec_program(spec: dict, control: int, workdir: str) -> None:
+    """Replace this process with the program, in ``workdir``."""
     os.chdir(workdir)
     os.umask(0o077)
     # The control and secret pipes at fixed numbers for the program, when it is to have
@@ -468,7 +391,6 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
     os.closerange(max(keep) + 1, 1 << 16)  # close_range(2): cheap whatever the bound
     argv = [spec["python"], *spec["python_args"], *spec["argv"]]
     os.execve(spec["python"], argv, spec["env"])
-    return features  # not reached
 
 
 if __name__ == "__main__":

@@ -22,14 +22,11 @@ the work happens in the child processes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +36,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from grpo.rewards._sandbox_watch import (
+    collect_output,
+    feed_in_background,
+    kill_run,
+    parse_control,
+)
 
 _LAUNCHER = Path(__file__).with_name("_sandbox_child.py")
 
@@ -164,70 +168,8 @@ def _hidden_paths() -> list[str]:
 # --- running ---------------------------------------------------------------------------
 
 
-def _feed(fd: int, data: bytes) -> None:
-    """Write everything to a pipe, then close it; a reader that goes away ends it early."""
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError:
-        pass  # the program closed its end or died: nothing more to give it
-    finally:
-        os.close(fd)
-
-
-def _kill(process: subprocess.Popen, program_pid: int | None) -> None:
-    """SIGKILL the program: the PID namespace it is the first process of (the kernel kills
-    everything in it) or the process group it leads. The launcher then reaps it all and
-    exits. Failing that within 5 s, or with no program pid yet, SIGKILL the launcher's
-    group too; and reap the launcher.
-
-    The launcher must outlive the program: a child it did not reap would be left to the
-    machine's init, which in a container may never reap it (a zombie per timeout)."""
-    if program_pid is not None:
-        try:
-            with open(f"/proc/{program_pid}/stat") as handle:
-                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            if parent == process.pid:  # still the launcher's child: not a recycled pid
-                os.kill(program_pid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(program_pid, signal.SIGKILL)  # its group (no PID namespace)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=5)
-        except (OSError, ValueError, IndexError):
-            pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
 class SandboxError(RuntimeError):
     """The sandbox could not be set up (the program was never started)."""
-
-
-@dataclass
-class _Control:
-    pid: int | None = None  # host pid of the PID namespace's first process
-    isolation: tuple[str, ...] = ()
-    failure: str | None = None  # why the launcher gave up before starting the program
-    program: bytes = b""  # what the program itself wrote
-
-
-def _parse_control(raw: bytes) -> _Control:
-    """Split the launcher's lines (``PID n``, ``ISOLATION a,b``, ``FAILED why``) from the
-    program's output. Only lines before ``ISOLATION`` come from the launcher: the program
-    starts after it, so it cannot forge them."""
-    parsed = _Control()
-    head, marker, rest = raw.partition(b"ISOLATION ")
-    for line in head.splitlines():
-        if line.startswith(b"PID ") and parsed.pid is None:
-            parsed.pid = int(line[4:])
-        elif line.startswith(b"FAILED ") and not marker:
-            parsed.failure = line[7:].decode(errors="replace")
-    if marker:
-        features, _, parsed.program = rest.partition(b"\n")
-        parsed.isolation = tuple(f for f in features.decode().split(",") if f)
-    return parsed
 
 
 def run_python(
@@ -251,10 +193,7 @@ def run_python(
     with ``secret``, a read pipe on fd 4 carrying those bytes.
     """
     limits = limits or SandboxLimits()
-    host_dir = tempfile.mkdtemp(prefix=f"grpo-sandbox-{os.getpid()}-")
-    for name, content in files.items():
-        data = content.encode() if isinstance(content, str) else content
-        Path(host_dir, name).write_bytes(data)
+    host_dir = _make_host_dir(files)
     uid = _UIDS.acquire() if os.geteuid() == 0 else None
     control_r, control_w = os.pipe()
     stdin_r, stdin_w = os.pipe()
@@ -276,43 +215,77 @@ def run_python(
         "pass_control": pass_control,
     }
     started = time.monotonic()
-    deadline = started + limits.timeout_s
     try:
-        process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)],
-            stdin=stdin_r,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=[fd for fd in (control_w, secret_r) if fd >= 0],
-            start_new_session=True,  # its own process group, killed as one
-            env=_ENV,
-            cwd=host_dir,
-        )
+        process = _start_launcher(spec, stdin_r)
     except BaseException:
-        for fd in (control_r, control_w, stdin_r, stdin_w, secret_r, secret_w):
-            if fd >= 0:
-                os.close(fd)
+        _close_pipe_ends(control_r, control_w, stdin_r, stdin_w, secret_r, secret_w)
         _cleanup(host_dir, uid)
         raise
-    for fd in (control_w, stdin_r, secret_r):
+    _close_pipe_ends(control_w, stdin_r, secret_r)
+    feed_in_background(stdin_w, _as_bytes(stdin))
+    if secret_w >= 0:
+        feed_in_background(secret_w, secret or b"")
+    return _await_result(process, control_r, started, limits, host_dir, uid)
+
+
+def _as_bytes(content: str | bytes) -> bytes:
+    return content.encode() if isinstance(content, str) else content
+
+
+def _make_host_dir(files: Mapping[str, str | bytes]) -> str:
+    """A new temporary directory holding ``files``: the program's working directory."""
+    host_dir = tempfile.mkdtemp(prefix=f"grpo-sandbox-{os.getpid()}-")
+    for name, content in files.items():
+        Path(host_dir, name).write_bytes(_as_bytes(content))
+    return host_dir
+
+
+def _start_launcher(spec: dict, stdin_r: int) -> subprocess.Popen:
+    """Start ``_sandbox_child.py`` on ``spec``, handing it the pipe ends the spec names."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)],
+        stdin=stdin_r,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=[fd for fd in (spec["control_fd"], spec["secret_fd"]) if fd >= 0],
+        start_new_session=True,  # its own process group, killed as one
+        env=_ENV,
+        cwd=spec["host_dir"],
+    )
+
+
+def _close_pipe_ends(*fds: int) -> None:
+    """Close each descriptor; -1 stands for a pipe that was never made."""
+    for fd in fds:
         if fd >= 0:
             os.close(fd)
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    threading.Thread(target=_feed, args=(stdin_w, data), daemon=True).start()
-    if secret_w >= 0:
-        threading.Thread(target=_feed, args=(secret_w, secret or b""), daemon=True).start()
+
+
+def _await_result(
+    process: subprocess.Popen,
+    control_r: int,
+    started: float,
+    limits: SandboxLimits,
+    host_dir: str,
+    uid: int | None,
+) -> SandboxResult:
+    """Collect the run's output until it ends, times out or passes the output cap; stop
+    whatever is left of it, clean up, and say how it went."""
+    deadline = started + limits.timeout_s
     try:
-        buffers, timed_out, capped = _collect(process, control_r, deadline, limits.output_bytes)
+        buffers, timed_out, capped = collect_output(
+            process, control_r, deadline, limits.output_bytes
+        )
     except BaseException:  # e.g. KeyboardInterrupt: the program must not outlive us
-        _kill(process, None)
+        kill_run(process, None)
         _cleanup(host_dir, uid)
         raise
     finally:
         os.close(control_r)
-    control = _parse_control(bytes(buffers["control"]))
+    control = parse_control(bytes(buffers["control"]))
     returncode = process.poll()
     if returncode is None:  # the launcher outlived the program by > 0.5 s: stop it all
-        _kill(process, control.pid)
+        kill_run(process, control.pid)
     seconds = time.monotonic() - started
     _cleanup(host_dir, uid)
     if control.failure is not None:
@@ -327,56 +300,6 @@ def run_python(
         seconds=seconds,
         isolation=control.isolation,
     )
-
-
-def _collect(
-    process: subprocess.Popen, control_r: int, deadline: float, cap: int
-) -> tuple[dict[str, bytearray], bool, bool]:
-    """Read stdout, stderr and control until all close and the launcher exits, the deadline
-    passes (timed out) or one stream passes the cap (capped); kills in the last two cases."""
-    assert process.stdout is not None and process.stderr is not None
-    streams = {
-        process.stdout.fileno(): "stdout",
-        process.stderr.fileno(): "stderr",
-        control_r: "control",
-    }
-    buffers = {name: bytearray() for name in streams.values()}
-    selector = selectors.DefaultSelector()
-    for fd in streams:
-        selector.register(fd, selectors.EVENT_READ)
-    timed_out = capped = False
-    exited_at = None
-    try:
-        while selector.get_map() and not capped:
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if exited_at is None and process.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at > 0.5:
-                break  # a leftover background process holds a pipe: stop waiting for it
-            for key, _ in selector.select(timeout=min(deadline - now, 0.25)):
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    selector.unregister(key.fd)
-                    continue
-                buffer = buffers[streams[key.fd]]
-                room = cap - len(buffer)
-                buffer += chunk[:room]
-                capped = capped or len(chunk) > room
-        if not timed_out and not capped:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-    finally:
-        selector.close()
-    if timed_out or capped:
-        _kill(process, _parse_control(bytes(buffers["control"])).pid)
-    process.stdout.close()
-    process.stderr.close()
-    return buffers, timed_out, capped
 
 
 def _cleanup(host_dir: str, uid: int | None) -> None:
