@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from grpo.config import BatchPlan, Config, ConfigError, batch_plan
+from grpo.config import Config, ConfigError, batch_plan
 from grpo.data.prompt_stats import record_step
-from grpo.log.progress import step_progress
 from grpo.rewards.runner import RewardFunction
 from grpo.training.checkpoint import latest_checkpoint
 from grpo.training.distributed import Dist, init_distributed, world_from_env
@@ -79,41 +79,36 @@ def train(
     try:
         with GracefulStop(announce=verbose and dist.is_main) as stop:
             run = set_up(config, plan, dist, device, reward_functions, verbose)
-            return _train(run, config, plan, dist, stop, verbose)
+            return _train(run, dist, stop)
     finally:
         dist.close()
 
 
-def _train(
-    run: Run, config: Config, plan: BatchPlan, dist: Dist, stop: GracefulStop, verbose: bool
-) -> TrainResult:
-    algo, steps, save_every = config.algorithm, config.train.steps, config.train.save_every
-    max_rounds = algo.max_generation_rounds if algo.dynamic_sampling else 1
-    guard = NonFiniteGuard(
-        config.train.max_consecutive_skips, lambda: latest_checkpoint(run.run_dir)
-    )
+def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
+    settings, learner = run.settings, run.learner
+    guard = NonFiniteGuard(settings.max_consecutive_skips, partial(latest_checkpoint, run.run_dir))
     history = _evaluate_before(run)
-    progress = step_progress(config.train, run.start_step, enabled=verbose and dist.is_main)
+    progress = run.open_progress()
     step, stopped_by = run.start_step, None
-    for step in range(run.start_step + 1, steps + 1):
+    for step in range(run.start_step + 1, settings.steps + 1):
         step_started = time.perf_counter()
         generation, seconds = generate(
             run.rollouts,
             run.sampler,
             dist,
-            prompts_per_step=plan.prompts_per_step,
-            group_size=plan.group_size,
-            max_rounds=max_rounds,
-        )
-        selection = select_groups(
-            generation.groups,
-            target_groups=plan.prompts_per_step,
-            scale=algo.advantage_scale,
-            eps=algo.advantage_eps,
-            critic_baseline=run.learner.critic is not None,
+            prompts_per_step=settings.prompts_per_step,
+            group_size=settings.group_size,
+            max_rounds=settings.max_rounds,
         )
         groups = generation.groups
-        signal = record_step(
+        selection = select_groups(
+            groups,
+            target_groups=settings.prompts_per_step,
+            scale=settings.advantage_scale,
+            eps=settings.advantage_eps,
+            critic_baseline=learner.critic is not None,
+        )
+        signal = record_step(  # the curriculum's per-prompt statistics
             run.sampler.stats,
             generation.indices,
             groups.rewards_NG,
@@ -122,45 +117,43 @@ def _train(
             step,
         )
         train_started = time.perf_counter()
-        update = learn(run.learner, generation, selection, dist)
+        update = learn(learner, generation, selection, dist)
         if update:
-            run.rollouts.engine.sync_weights(run.learner.policy)  # vLLM gets the weights
+            run.rollouts.engine.sync_weights(learner.policy)  # vLLM gets the new weights
         times = {
             "time/rollout": seconds["rollout"],
             "time/reward": seconds["reward"],
             "time/train": time.perf_counter() - train_started,
             "time/step": time.perf_counter() - step_started,
         }
-        lr = run.learner.optimization.scheduler.get_last_lr()[0]
+        lr = learner.optimization.scheduler.get_last_lr()[0]
         metrics = step_metrics(
             generation, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
         )
         if run.evaluate is not None and (
-            step == steps or (config.eval.every and step % config.eval.every == 0)
+            step == settings.steps or (settings.eval_every and step % settings.eval_every == 0)
         ):
-            metrics["eval/accuracy"] = run.evaluate(run.learner.policy)
+            metrics["eval/accuracy"] = run.evaluate(learner.policy)
         metrics.update(accuracy(generation))
         history.append({"step": step, **metrics})
         run.log.write(step, metrics)
-        last = generation.last  # its advantages: the step's last rows, this process's block
-        last_advantages_B = local_rows(
-            selection.advantages_B[-last.groups.rewards_NG.numel() :], dist
-        )
+        last = generation.last  # the step's last rows; this process logs its own block
+        last_advantages_B = local_rows(selection.advantages_B[-last.rows :], dist)
         run.log.completions(step, last.prompts, last.completions, last.scores, last_advantages_B)
         progress.update(step, metrics)
-        updates = algo.inner_iterations * int(selection.keep_B.any())
+        updates = learner.objective.inner_iterations * int(selection.keep_B.any())
         if warning := guard.record(step, metrics, updates=updates):
             run.say(warning)
-        signalled = stop.agreed(dist) and step < steps  # the same on every process
-        due = save_every and step % save_every == 0 and step < steps
+        signalled = stop.agreed(dist) and step < settings.steps  # the same on every process
+        due = settings.save_every and step % settings.save_every == 0 and step < settings.steps
         if (due or signalled) and guard.healthy:  # never over the last good checkpoint
-            save_checkpoint_of(run, step, dist, keep=config.train.keep_checkpoints)
+            save_checkpoint_of(run, step, dist, keep=settings.keep_checkpoints)
         if signalled:
             stopped_by = stop.received or "a signal to another process"
             break
     progress.close()
     run.log.close()
-    return _finish(run, config, dist, history, step, stopped_by, guard.healthy)
+    return _finish(run, dist, history, step, stopped_by, guard.healthy)
 
 
 def _evaluate_before(run: Run) -> list[dict[str, float]]:
@@ -175,7 +168,6 @@ def _evaluate_before(run: Run) -> list[dict[str, float]]:
 
 def _finish(
     run: Run,
-    config: Config,
     dist: Dist,
     history: list[dict[str, float]],
     step: int,
@@ -184,7 +176,7 @@ def _finish(
 ) -> TrainResult:
     """Stopped by a signal: point at the checkpoint. Otherwise save the final policy (and
     a last checkpoint when checkpointing is on)."""
-    policy, tokenizer, steps = run.learner.policy, run.tokenizer, config.train.steps
+    policy, tokenizer, steps = run.learner.policy, run.tokenizer, run.settings.steps
     if stopped_by is not None:
         dist.barrier()
         last = latest_checkpoint(run.run_dir)
@@ -194,8 +186,8 @@ def _finish(
         )
         return TrainResult(run.run_dir, last or run.run_dir, history, policy, tokenizer, stopped_by)
     final_dir = save_final(run, dist)
-    if config.train.save_every and run.start_step < steps and healthy:
-        save_checkpoint_of(run, steps, dist, keep=config.train.keep_checkpoints)
+    if run.settings.save_every and run.start_step < steps and healthy:
+        save_checkpoint_of(run, steps, dist, keep=run.settings.keep_checkpoints)
     dist.barrier()  # everything is written when any process returns
     run.say(
         f"grpo: final policy saved to {final_dir} "

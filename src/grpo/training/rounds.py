@@ -54,6 +54,11 @@ class Round:
     results: RowResults  # every process's rows
     groups: Groups
 
+    @property
+    def rows(self) -> int:
+        """The round's rows over all processes: N·G."""
+        return self.results.reward_B.numel()
+
 
 @dataclass
 class Generation:

@@ -18,12 +18,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from grpo.algo.advantages import AdvantageScale
 from grpo.algo.objective import Objective
 from grpo.config import BatchPlan, Config, config_to_dict
 from grpo.data.dataset import PromptDataset, load_dataset_for
 from grpo.data.sampler import PromptSampler
 from grpo.eval.evaluate import correctness_reward, held_out_evaluator
 from grpo.log.metrics import MetricsLog
+from grpo.log.progress import StepProgress, step_progress
 from grpo.models.loading import load_policy, load_reference, load_tokenizer
 from grpo.models.value import load_value_model
 from grpo.rewards.runner import RewardFunction, accuracy_reward, resolve_reward_functions
@@ -53,10 +55,27 @@ class Learner:
     lora: bool  # only adapters train; the final save also writes them alone
 
 
+@dataclass(frozen=True)
+class LoopSettings:
+    """The loop's own numbers, unpacked from the config once."""
+
+    steps: int
+    prompts_per_step: int
+    group_size: int
+    max_rounds: int  # generation rounds per step: 1 without dynamic sampling
+    advantage_scale: AdvantageScale
+    advantage_eps: float
+    save_every: int  # 0: only the final save
+    keep_checkpoints: int
+    eval_every: int  # 0: held-out accuracy only before and after training
+    max_consecutive_skips: int
+
+
 @dataclass
 class Run:
     """A run's long-lived parts, built once by :func:`set_up`."""
 
+    settings: LoopSettings
     run_dir: Path
     config_dict: dict[str, Any]  # the resolved config, saved with every checkpoint
     tokenizer: Any
@@ -66,6 +85,7 @@ class Run:
     learner: Learner
     evaluate: Callable[[nn.Module], float] | None  # held-out greedy accuracy
     log: MetricsLog
+    open_progress: Callable[[], StepProgress]  # the console display, opened as the loop starts
     start_step: int  # the checkpoint's step when resuming, else 0
     say: Callable[[str], None]  # a console line, on rank 0 when verbose
 
@@ -81,21 +101,20 @@ def set_up(
     """Seeds, run directory, models, data, rewards, optimizer and engine; then the
     checkpoint's state when resuming. The order of construction is the order of the
     random draws (LoRA and value-head initialisation), so it is part of reproducibility."""
-    train_cfg = config.train
+    train_cfg, run_dir = config.train, Path(config.train.run_dir)
     random.seed(train_cfg.seed)
     torch.manual_seed(train_cfg.seed)
-    run_dir = Path(train_cfg.run_dir)
     checkpoint_dir = resume_point(run_dir, train_cfg.resume)  # None: start from step 0
     say = partial(_say, verbose and dist.is_main)
     if train_cfg.resume and checkpoint_dir is None:
         say(f"train.resume: no checkpoint in {checkpoints_dir(run_dir)}; starting from step 0")
     config_dict = config_to_dict(config)
-    if dist.is_main:
+    if dist.is_main:  # the resolved config, for the reader of the run directory
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(config_dict, indent=2))
     tokenizer = load_tokenizer(config.model)
     policy, trained, reference = _models(config, dist, device, checkpoint_dir)
-    if reward_functions is None:
+    if reward_functions is None:  # the Python API may pass functions directly
         reward_functions = resolve_reward_functions(config.rewards)
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
     if dataset.skipped:
@@ -133,9 +152,11 @@ def set_up(
         lora=config.model.lora_rank > 0,
     )
     _describe(config, plan, dist, device, dataset, policy, say)
-    purge_step = start_step + 1 if checkpoint_dir is not None else 0
+    purge_step = start_step + 1 if checkpoint_dir is not None else 0  # TensorBoard rewinds
     log = _metrics_log(config, run_dir, enabled=dist.is_main, purge_step=purge_step)
+    progress = partial(step_progress, train_cfg, start_step, enabled=verbose and dist.is_main)
     return Run(
+        _settings(config, plan),
         run_dir,
         config_dict,
         tokenizer,
@@ -145,8 +166,25 @@ def set_up(
         learner,
         evaluate,
         log,
+        progress,
         start_step,
         say,
+    )
+
+
+def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
+    algo, train_cfg = config.algorithm, config.train
+    return LoopSettings(
+        steps=train_cfg.steps,
+        prompts_per_step=plan.prompts_per_step,
+        group_size=plan.group_size,
+        max_rounds=algo.max_generation_rounds if algo.dynamic_sampling else 1,
+        advantage_scale=algo.advantage_scale,
+        advantage_eps=algo.advantage_eps,
+        save_every=train_cfg.save_every,
+        keep_checkpoints=train_cfg.keep_checkpoints,
+        eval_every=config.eval.every,
+        max_consecutive_skips=train_cfg.max_consecutive_skips,
     )
 
 
