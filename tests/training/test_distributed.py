@@ -295,18 +295,20 @@ def test_inverse_cdf_sampling_follows_the_distribution() -> None:
     assert edge.item() == 3  # the last token with probability, never a zero-probability one
 
 
+# Length parity in groups of 2: about half the groups have no variance, so steps refill.
+REFILLING = (
+    "--rewards=[{function='dist_rewards:length_parity'}]",
+    "--rollout.group_size=2",
+    "--train.sequences_per_micro_batch=2",
+    "--algorithm.dynamic_sampling=true",
+    "--algorithm.max_generation_rounds=3",
+)
+
+
 @pytest.mark.slow
 def test_dynamic_sampling_with_two_processes_trains_as_one(job) -> None:
-    # Length parity in groups of 2: about half the groups have no variance, so steps refill;
     # 3 prompts × 2 = 6 rows per round, 3 per process, prompt 1's group split between them.
-    overrides = (
-        "--rewards=[{function='dist_rewards:length_parity'}]",
-        "--train.prompts_per_step=3",
-        "--rollout.group_size=2",
-        "--train.sequences_per_micro_batch=2",
-        "--algorithm.dynamic_sampling=true",
-        "--algorithm.max_generation_rounds=3",
-    )
+    overrides = (*REFILLING, "--train.prompts_per_step=3")
     _ok(job(1, "one", *overrides))
     _ok(job(2, "two", *overrides))
     single = _step_rows(job.tmp_path / "one.rewards", 1)
@@ -332,14 +334,10 @@ def test_completions_log_pairs_each_row_with_its_own_advantage_across_rounds(job
     # advantages must still be those of the logged completions: the 1-process log's rows
     # for the same rows (the runs are row for row identical).
     overrides = (
-        "--rewards=[{function='dist_rewards:length_parity'}]",
+        *REFILLING,
         "--train.prompts_per_step=2",
-        "--rollout.group_size=2",
-        "--train.sequences_per_micro_batch=2",
         "--train.steps=4",
         "--train.completions_every=1",
-        "--algorithm.dynamic_sampling=true",
-        "--algorithm.max_generation_rounds=3",
     )
     _ok(job(1, "one", *overrides))
     _ok(job(2, "two", *overrides))
