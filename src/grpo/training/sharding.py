@@ -119,10 +119,11 @@ def update_shard(
     if not dist.enabled:
         return None
     most_kept = int(keep_B.view(dist.world_size, -1).sum(dim=1).max())
-    first_B = torch.arange(rollout.completion_ids_BT.shape[0]) == 0
-    zero_B = torch.zeros(first_B.shape[0], device=rollout.completion_ids_BT.device)
-    # This process's row 0; its passes are weighted 0.
-    filler = TrainBatch.of(rollout, zero_B, first_B.to(zero_B.device)).micro_batch(slice(0, 1))
+    device = rollout.completion_ids_BT.device
+    first_row_B = torch.arange(rollout.completion_ids_BT.shape[0], device=device) == 0
+    # This process's row 0, advantage 0; its passes are weighted 0 anyway.
+    zero_B = torch.zeros(first_row_B.shape[0], device=device)
+    filler = TrainBatch.of(rollout, zero_B, first_row_B).micro_batch(slice(0, 1))
     return Shard(
         num_sequences=int(keep_B.sum()),
         num_tokens=int(lengths_B[keep_B].sum()),
