@@ -23,7 +23,7 @@ from grpo.rewards.runner import (
     resolve_function,
     score_completions,
 )
-from grpo.rollout.engine import SamplingParams
+from grpo.rollout.engine import SamplingParams, decode_completions
 from grpo.rollout.hf_engine import TransformersEngine
 
 
@@ -46,9 +46,7 @@ def greedy_completions(
     )
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     rollout = engine.generate(prompt_token_ids, 1, greedy)
-    lengths = rollout.completion_mask_BT.sum(dim=1).tolist()
-    rows = [row[:n] for row, n in zip(rollout.completion_ids_BT.tolist(), lengths, strict=True)]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+    return decode_completions(tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT)
 
 
 @torch.no_grad()
@@ -252,9 +250,7 @@ def evaluate_model(
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     rollout = engine.generate(dataset.prompt_token_ids, samples, params, generator)
-    lengths = rollout.completion_mask_BT.sum(dim=1).tolist()
-    rows = [row[:n] for row, n in zip(rollout.completion_ids_BT.tolist(), lengths, strict=True)]
-    sampled = tokenizer.batch_decode(rows, skip_special_tokens=True)
+    sampled = decode_completions(tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT)
     report.sampled_reward_means, correct_B = _score(rewards, correct, dataset, sampled, samples)
     report.sample_correct_counts = correct_B.view(-1, samples).sum(dim=1).tolist()
     for k in ks:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,6 +86,13 @@ class RolloutEngine(ABC):
 
     def sync_weights(self, model: nn.Module) -> None:  # noqa: B027 (optional to override)
         """Make the engine sample from ``model``'s current weights (no-op when it is the model)."""
+
+
+def decode_completions(tokenizer: Any, ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> list[str]:
+    """Each row's completion tokens (its mask's count) as text, special tokens dropped."""
+    lengths = mask_BT.sum(dim=1).tolist()
+    rows = [row[:length] for row, length in zip(ids_BT.tolist(), lengths, strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

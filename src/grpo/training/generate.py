@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -37,12 +36,6 @@ class Rollouts:
     accuracy_reward: str | None  # the reward whose value ≥ 1 means a correct answer
     decode: Callable[[torch.Tensor, torch.Tensor], list[str]]  # (ids_BT, mask_BT) → texts
     pad_token_id: int
-
-
-def decode_completions(tokenizer: Any, ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> list[str]:
-    lengths = mask_BT.sum(dim=1).tolist()
-    rows = [row[:length] for row, length in zip(ids_BT.tolist(), lengths, strict=True)]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 def generate(

@@ -29,13 +29,13 @@ from grpo.log.progress import StepProgress, step_progress
 from grpo.models.loading import load_policy, load_reference, load_tokenizer
 from grpo.models.value import load_value_model
 from grpo.rewards.runner import RewardFunction, accuracy_reward, resolve_reward_functions
-from grpo.rollout.engine import SamplingParams
+from grpo.rollout.engine import SamplingParams, decode_completions
 from grpo.training.batch import Reference
 from grpo.training.checkpoint import checkpoints_dir
 from grpo.training.critic import Critic
 from grpo.training.distributed import Dist
 from grpo.training.engines import rollout_engine
-from grpo.training.generate import Rollouts, decode_completions
+from grpo.training.generate import Rollouts
 from grpo.training.optim import Optimization, build_optimizer
 from grpo.training.resume import resume_point, resume_run
 from grpo.training.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
