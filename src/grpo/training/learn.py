@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import warnings
 
-import torch
-
 from grpo.training.batch import TrainBatch
 from grpo.training.critic import ppo_update
 from grpo.training.distributed import Dist
@@ -65,8 +63,3 @@ def learn(
         reference=learner.reference,
         shard=shard,
     )
-
-
-def local_rows(values_B: torch.Tensor, dist: Dist) -> torch.Tensor:
-    """This process's block of a round's rows."""
-    return values_B[dist.rows(values_B.shape[0])]

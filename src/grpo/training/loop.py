@@ -37,7 +37,7 @@ from grpo.training.distributed import Dist, init_distributed, world_from_env
 from grpo.training.engines import check_engine_available
 from grpo.training.faults import GracefulStop, NonFiniteGuard
 from grpo.training.generate import generate
-from grpo.training.learn import learn, local_rows
+from grpo.training.learn import learn
 from grpo.training.saving import save_checkpoint_of, save_final
 from grpo.training.select import select_groups
 from grpo.training.setup import Run, set_up
@@ -138,7 +138,7 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
         history.append({"step": step, **metrics})
         run.log.write(step, metrics)
         last = generation.last  # the step's last rows; this process logs its own block
-        last_advantages_B = local_rows(selection.advantages_B[-last.rows :], dist)
+        last_advantages_B = selection.advantages_B[-last.rows :][dist.rows(last.rows)]
         run.log.completions(step, last.prompts, last.completions, last.scores, last_advantages_B)
         progress.update(step, metrics)
         updates = learner.objective.inner_iterations * int(selection.keep_B.any())

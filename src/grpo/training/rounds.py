@@ -37,8 +37,9 @@ class RowResults:
     def cat(parts: list[RowResults]) -> RowResults:
         if len(parts) == 1:
             return parts[0]
-        names = parts[0].columns()
-        return RowResults(**{name: torch.cat([p.columns()[name] for p in parts]) for name in names})
+        return RowResults(
+            **{name: torch.cat([getattr(p, name) for p in parts]) for name in parts[0].columns()}
+        )
 
 
 @dataclass
