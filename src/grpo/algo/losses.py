@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 
 Aggregation = Literal["sequence", "token", "constant"]
+RatioLevel = Literal["token", "sequence"]
 
 
 def aggregate(
@@ -48,6 +49,26 @@ def aggregate(
     raise ValueError(f"aggregation must be 'sequence', 'token' or 'constant', got {aggregation!r}")
 
 
+def sequence_ratio(
+    logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor
+) -> torch.Tensor:
+    """GSPO's sequence ratio (Zheng et al. 2025, "Group Sequence Policy Optimization"):
+    s_i = (π_θ(y_i)/π_old(y_i))^(1/|y_i|) = exp(Σ_t m_it (logp − old_logp) / Σ_t m_it), (B,).
+
+    The mean runs over the completion's own tokens (the mask: padding and tokens the model
+    did not write never count); an empty row reads 1. Its gradient is
+    ∂s_i/∂logp_it = s_i · m_it / |y_i|.
+
+    Example (log-ratios 0.2 and 0.4, the third token masked out: s = exp(0.3)):
+        >>> logp, mask = torch.tensor([[0.2, 0.4, 9.0]]), torch.tensor([[1, 1, 0]])
+        >>> sequence_ratio(logp, torch.zeros(1, 3), mask)
+        tensor([1.3499])
+    """
+    mask_BT = mask_BT.to(logp_BT.dtype)
+    lengths_B = mask_BT.sum(dim=1).clamp(min=1.0)
+    return torch.exp(((logp_BT - old_logp_BT) * mask_BT).sum(dim=1) / lengths_B)
+
+
 def policy_loss(
     logp_BT: torch.Tensor,
     old_logp_BT: torch.Tensor,
@@ -60,6 +81,8 @@ def policy_loss(
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_length: int | None = None,
+    ratio_level: RatioLevel = "token",
+    weights_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Negative GRPO clipped surrogate (Shao et al. 2024; PPO, Schulman et al. 2017).
 
@@ -71,6 +94,14 @@ def policy_loss(
     normalizers used under gradient accumulation).
     ``clip_high > clip_low`` gives DAPO's asymmetric "clip-higher".
 
+    ``ratio_level = "sequence"`` is GSPO (Zheng et al. 2025): ρ_it is replaced by the
+    sequence ratio s_i of :func:`sequence_ratio` for every token of completion i and
+    clipped at the sequence level (pass GSPO's own clip range; the paper uses 3e-4 / 4e-4).
+    Broadcast along T and aggregated as above, ``"sequence"`` aggregation gives the paper's
+    (1/G) Σ_i min(s_i A_i, clip(s_i) A_i) exactly (TRL's ``importance_sampling_level``).
+    ``weights_BT`` (no gradient), when given, multiplies the per-token objective before
+    aggregation: the sampler corrections of :mod:`grpo.algo.corrections`.
+
     Returns ``(loss, stats)``; stats (detached, over kept tokens): ``clip_frac_low`` (A < 0
     and ρ < 1 − clip_low, the clip is active), ``clip_frac_high`` (A > 0 and ρ > 1 + clip_high),
     ``ratio_mean``, ``ratio_min``, ``ratio_max``.
@@ -81,13 +112,20 @@ def policy_loss(
         >>> loss  # ρ = 1 everywhere → objective = A = 1
         tensor(-1.)
     """
-    ratio_BT = torch.exp(logp_BT - old_logp_BT)
+    if ratio_level == "sequence":
+        ratio_BT = sequence_ratio(logp_BT, old_logp_BT, mask_BT)[:, None].expand_as(logp_BT)
+    elif ratio_level == "token":
+        ratio_BT = torch.exp(logp_BT - old_logp_BT)
+    else:
+        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
     advantages_BT = advantages_BT.to(ratio_BT.dtype)
     if advantages_BT.dim() == 1:
         advantages_BT = advantages_BT[:, None].expand_as(ratio_BT)
     unclipped_BT = ratio_BT * advantages_BT
     clipped_BT = ratio_BT.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages_BT
     objective_BT = torch.minimum(unclipped_BT, clipped_BT)
+    if weights_BT is not None:
+        objective_BT = objective_BT * weights_BT.detach().to(objective_BT.dtype)
     loss = -aggregate(
         objective_BT,
         mask_BT,

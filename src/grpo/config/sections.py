@@ -85,6 +85,27 @@ class AlgorithmConfig:
     # surplus of the last round is not trained on) or max_generation_rounds is reached.
     dynamic_sampling: bool = False
     max_generation_rounds: int = 4  # cap on rounds per step with dynamic_sampling
+    # token: PPO's per-token ratio | sequence: GSPO's exp(mean_t log ρ_t), clipped per sequence
+    ratio_level: Literal["token", "sequence"] = "token"
+    sequence_clip_low: float = 3e-4  # GSPO's clip below (the paper's 3e-4); clip_low is unused
+    sequence_clip_high: float = 4e-4  # GSPO's clip above (the paper's 4e-4)
+    entropy_coef: float = 0.0  # entropy bonus on the masked token mean; 0 = off
+    # weight the loss by π_old/π_sampler: auto = tis for the vllm engine, none for the built-in
+    # one | tis: min(r, sampler_is_cap) | mis: r inside [sampler_mask_low, sampler_mask_high],
+    # else 0 | seq_mis: the same on the sequence's product ratio | geo_mask: drop sequences
+    # whose geometric-mean ratio is outside [sampler_geo_low, sampler_geo_high]
+    sampler_correction: Literal["auto", "none", "tis", "mis", "seq_mis", "geo_mask"] = "auto"
+    sampler_is_cap: float = 2.0  # C of tis (TRL's and verl's default)
+    sampler_mask_low: float = 0.5  # band of mis and seq_mis
+    sampler_mask_high: float = 2.0
+    sampler_geo_low: float = 0.99  # band of geo_mask (SkyRL's)
+    sampler_geo_high: float = 1.01
+    # DAPO overlong shaping: the last overlong_buffer tokens before rollout.max_new_tokens
+    # cost a linear penalty, up to overlong_penalty at the cap; 0 = off
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0  # the penalty at rollout.max_new_tokens
+    # leave completions cut at rollout.max_new_tokens out of the loss (counted)
+    mask_truncated_completions: bool = False
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,28 @@ CROSS_FIELD: dict[str, Rule] = {
         "algorithm.dynamic_sampling needs algorithm.estimator = 'grpo' "
         "(PPO's critic learns from zero-variance groups too)",
     ),
+    "gspo_grpo": Rule(
+        lambda c: c.algorithm.ratio_level == "token" or c.algorithm.estimator == "grpo",
+        "algorithm.ratio_level = 'sequence' (GSPO) needs algorithm.estimator = 'grpo' "
+        "(one advantage per completion)",
+    ),
+    "mask_band": Rule(
+        lambda c: c.algorithm.sampler_mask_low <= 1.0 <= c.algorithm.sampler_mask_high,
+        "algorithm.sampler_mask_low must be ≤ 1 ≤ algorithm.sampler_mask_high "
+        "(the band must keep on-policy tokens), got "
+        "[{c.algorithm.sampler_mask_low}, {c.algorithm.sampler_mask_high}]",
+    ),
+    "geo_band": Rule(
+        lambda c: c.algorithm.sampler_geo_low <= 1.0 <= c.algorithm.sampler_geo_high,
+        "algorithm.sampler_geo_low must be ≤ 1 ≤ algorithm.sampler_geo_high "
+        "(the band must keep on-policy sequences), got "
+        "[{c.algorithm.sampler_geo_low}, {c.algorithm.sampler_geo_high}]",
+    ),
+    "overlong_buffer": Rule(
+        lambda c: c.algorithm.overlong_buffer <= c.rollout.max_new_tokens,
+        "algorithm.overlong_buffer = {c.algorithm.overlong_buffer} must be ≤ "
+        "rollout.max_new_tokens = {c.rollout.max_new_tokens}",
+    ),
     "rewards_present": Rule(
         lambda c: len(c.rewards) >= 1, "rewards: at least one [[rewards]] table is needed"
     ),
@@ -89,6 +111,18 @@ _TABLE = """
     algorithm.inner_iterations ≥ 1
     algorithm.max_generation_rounds ≥ 1
     @dynamic_sampling_ppo
+    @gspo_grpo
+    algorithm.sequence_clip_low in [0, 1)
+    algorithm.sequence_clip_high ≥ 0
+    algorithm.entropy_coef ≥ 0
+    algorithm.sampler_is_cap > 0
+    algorithm.sampler_mask_low ≥ 0
+    @mask_band
+    algorithm.sampler_geo_low ≥ 0
+    @geo_band
+    algorithm.overlong_buffer ≥ 0
+    @overlong_buffer
+    algorithm.overlong_penalty ≥ 0
     curriculum.strength ≥ 0
     curriculum.prior_successes > 0
     curriculum.prior_failures > 0

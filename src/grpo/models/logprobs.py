@@ -45,11 +45,15 @@ class _ChunkedLinearLogprobs(torch.autograd.Function):
     ∂h = (∂z / τ) W and ∂W = (∂z / τ)ᵀ h, the exact gradient. When all F rows fit in one
     chunk, p is kept for backward (≤ ``chunk_rows`` × V floats); otherwise only h, W and each
     row's logsumexp are kept and backward recomputes each chunk's logits (one more matmul),
-    so no (F, V) tensor is ever stored. Entropy (no gradient) comes from the forward's logits.
+    so no (F, V) tensor is ever stored. Entropy H comes from the forward's logits; with
+    ``entropy_grad`` it is differentiable too: ∂H/∂z = −p ⊙ (log p + H), added to ∂z in the
+    same chunked backward (an entropy bonus then costs no full-vocabulary tensor either).
     """
 
     @staticmethod
-    def forward(ctx, hidden_FH, weight_VH, tokens_F, temperature, chunk_rows, with_entropy):
+    def forward(
+        ctx, hidden_FH, weight_VH, tokens_F, temperature, chunk_rows, with_entropy, entropy_grad
+    ):
         rows_total = hidden_FH.shape[0]
         keep_probs = rows_total <= chunk_rows and any(ctx.needs_input_grad[:2])
         logp_F = torch.empty(rows_total, dtype=torch.float32, device=hidden_FH.device)
@@ -67,14 +71,17 @@ class _ChunkedLinearLogprobs(torch.autograd.Function):
             if with_entropy:  # H = logsumexp(z) − Σ p z
                 entropy_F[rows] = lse_F[rows] - (probs_CV * logits_CV).sum(dim=-1)
         kept_FV = probs_CV if keep_probs else None
-        ctx.save_for_backward(hidden_FH, weight_VH, tokens_F, lse_F, kept_FV)
+        ctx.save_for_backward(hidden_FH, weight_VH, tokens_F, lse_F, kept_FV, entropy_F)
         ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
-        ctx.mark_non_differentiable(entropy_F)
+        ctx.entropy_grad = entropy_grad and with_entropy
+        if not ctx.entropy_grad:
+            ctx.mark_non_differentiable(entropy_F)
         return logp_F, entropy_F
 
     @staticmethod
-    def backward(ctx, grad_F, _grad_entropy_F):
-        hidden_FH, weight_VH, tokens_F, lse_F, probs_FV = ctx.saved_tensors
+    def backward(ctx, grad_F, grad_entropy_F):
+        hidden_FH, weight_VH, tokens_F, lse_F, probs_FV, entropy_F = ctx.saved_tensors
+        grad_H_F = grad_entropy_F.float() if ctx.entropy_grad else None
         grad_hidden_FH = torch.empty_like(hidden_FH) if ctx.needs_input_grad[0] else None
         grad_weight_VH = torch.zeros_like(weight_VH) if ctx.needs_input_grad[1] else None
         grad_F = grad_F.float()
@@ -89,7 +96,12 @@ class _ChunkedLinearLogprobs(torch.autograd.Function):
                 probs_CV = probs_CV.sub_(lse_F[rows, None]).exp_()
             # ∂z = g·(onehot − p); in place unless p is the kept one (a second backward reuses it).
             scale_C1 = -grad_F[rows, None]
+            if grad_H_F is not None:  # + g_H·∂H/∂z = −g_H·(p log p + H·p)
+                p_log_p_CV = torch.special.xlogy(probs_CV, probs_CV)
+                scale_C1 = scale_C1 - (grad_H_F * entropy_F)[rows, None]
             grad_CV = probs_CV * scale_C1 if probs_FV is not None else probs_CV.mul_(scale_C1)
+            if grad_H_F is not None:
+                grad_CV -= grad_H_F[rows, None] * p_log_p_CV
             grad_CV.scatter_add_(1, tokens_F[rows, None], grad_F[rows, None])
             if ctx.temperature != 1.0:
                 grad_CV /= ctx.temperature
@@ -98,7 +110,7 @@ class _ChunkedLinearLogprobs(torch.autograd.Function):
                 grad_hidden_FH[rows] = grad_CV @ weight_VH
             if grad_weight_VH is not None:
                 grad_weight_VH.addmm_(grad_CV.T, h_CH)
-        return grad_hidden_FH, grad_weight_VH, None, None, None, None
+        return grad_hidden_FH, grad_weight_VH, None, None, None, None, None
 
 
 def chunked_token_logprobs(
@@ -109,16 +121,18 @@ def chunked_token_logprobs(
     temperature: float = 1.0,
     chunk_rows: int | None = None,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(h Wᵀ / τ)[y] per row (F,), never holding more than ``chunk_rows`` × V logits.
 
     The values of :func:`token_logprobs` on the full logits h Wᵀ / τ, with exact gradients
     for ``hidden_FH`` and ``weight_VH``. ``chunk_rows`` defaults to
-    :data:`LOGITS_CHUNK_ELEMENTS` // V. Entropy (F,) is returned, without gradient, when asked.
+    :data:`LOGITS_CHUNK_ELEMENTS` // V. Entropy (F,) is returned when asked, without
+    gradient unless ``entropy_grad``.
     """
     chunk_rows = chunk_rows or max(LOGITS_CHUNK_ELEMENTS // weight_VH.shape[0], 1)
     logp_F, entropy_F = _ChunkedLinearLogprobs.apply(
-        hidden_FH, weight_VH, tokens_F, float(temperature), chunk_rows, with_entropy
+        hidden_FH, weight_VH, tokens_F, float(temperature), chunk_rows, with_entropy, entropy_grad
     )
     return logp_F, entropy_F if with_entropy else None
 
@@ -154,12 +168,13 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunked: bool = True,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_t | x, y_<t) at temperature τ for every completion position, shape (B, T).
 
     The policy the loss optimises is softmax(logits / τ), the distribution the rollout
     sampled from, so the ratio is 1 on-policy. Entropy (B, T) is returned when asked,
-    computed without gradient.
+    without gradient unless ``entropy_grad`` (an entropy bonus in the loss).
 
     ``chunked`` (when the model allows it, see :func:`_chunkable_head`): the decoder's hidden
     states go through the LM head a chunk of completion tokens at a time
@@ -188,6 +203,7 @@ def completion_logprobs(
             completion_ids_BT[keep_BT],
             temperature=temperature,
             with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
         )
         logp_BT = logp_F.new_zeros(completion_ids_BT.shape).masked_scatter(keep_BT, logp_F)
         entropy_BT = None
@@ -202,6 +218,6 @@ def completion_logprobs(
     logp_BT = token_logprobs(logits_BTV, completion_ids_BT)
     entropy_BT = None
     if with_entropy:
-        with torch.no_grad():
+        with torch.enable_grad() if entropy_grad else torch.no_grad():
             entropy_BT = entropy_from_logits(logits_BTV)
     return logp_BT, entropy_BT

@@ -39,7 +39,7 @@ class Rollout:
     prompt_mask_BP: torch.Tensor  # 1 = real prompt token
     completion_ids_BT: torch.Tensor  # right-padded
     completion_mask_BT: torch.Tensor  # 1 = real completion token, the EOS token included
-    sampler_logp_BT: torch.Tensor  # log softmax(logits / τ)[token] as sampled, 0 on padding
+    sampler_logp_BT: torch.Tensor  # log π_sampler(token): after τ and top-k/top-p; 0 on padding
     stopped_B: torch.Tensor  # True where the completion ended on EOS or a stop string
 
     @property

@@ -36,6 +36,8 @@ class Rollouts:
     accuracy_reward: str | None  # the reward whose value ≥ 1 means a correct answer
     decode: Callable[[torch.Tensor, torch.Tensor], list[str]]  # (ids_BT, mask_BT) → texts
     pad_token_id: int
+    overlong_buffer: int = 0  # DAPO's overlong shaping (algorithm.overlong_buffer); 0 = off
+    overlong_penalty: float = 1.0
 
 
 def generate(
@@ -101,5 +103,10 @@ def generate_round(
         else None,
     )
     results = RowResults(**dist.gather_columns(local.columns()))
+    if rollouts.overlong_buffer > 0:  # on the whole round's rows: the same in every process
+        max_length = rollouts.sampling.max_new_tokens
+        results = results.with_overlong_penalty(
+            max_length, rollouts.overlong_buffer, rollouts.overlong_penalty
+        )
     groups = Groups.of(results.reward_B, results.skip_B, group_size)
     return Round(indices, rollout, prompts, completions, scores, results, groups)

@@ -107,6 +107,7 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
             scale=settings.advantage_scale,
             eps=settings.advantage_eps,
             critic_baseline=learner.critic is not None,
+            drop_B=generation.results.truncated_B if settings.mask_truncated_completions else None,
         )
         signal = record_step(  # the curriculum's per-prompt statistics
             run.sampler.stats,

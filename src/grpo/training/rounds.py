@@ -8,11 +8,13 @@ until the step has enough groups with reward variance; the rounds are then merge
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 import torch
 
 from grpo.algo.groups import Groups
+from grpo.algo.overlong import overlong_penalty
 from grpo.rewards.runner import RewardScores
 from grpo.rollout.engine import Rollout, concat_rollouts
 
@@ -26,6 +28,15 @@ class RowResults:
     length_B: torch.Tensor  # int64: completion tokens, EOS included
     truncated_B: torch.Tensor  # bool: cut at max_new_tokens
     accuracy_B: torch.Tensor | None = None  # the run's accuracy reward, when it has one
+    overlong_penalty_B: torch.Tensor | None = None  # DAPO's shaping, already in reward_B
+
+    def with_overlong_penalty(self, max_length: int, buffer: int, penalty: float) -> RowResults:
+        """DAPO's overlong penalty (:func:`~grpo.algo.overlong.overlong_penalty`) added to
+        the reward, before advantages and the zero-variance test."""
+        penalty_B = overlong_penalty(self.length_B, max_length, buffer, penalty)
+        return dataclasses.replace(
+            self, reward_B=self.reward_B + penalty_B, overlong_penalty_B=penalty_B
+        )
 
     def columns(self) -> dict[str, torch.Tensor]:
         """The present fields by name (what a collective gathers)."""

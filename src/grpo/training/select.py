@@ -23,7 +23,8 @@ class Selection:
 
     advantages_B: torch.Tensor  # A_i, float32
     trains_N: torch.Tensor  # bool: the group trains
-    keep_B: torch.Tensor  # bool: the row trains (its group does)
+    keep_B: torch.Tensor  # bool: the row trains (its group does, and it is not dropped)
+    dropped_rows: int | None = None  # rows of training groups left out; None: no drop asked
 
 
 def select_groups(
@@ -33,8 +34,13 @@ def select_groups(
     scale: AdvantageScale,
     eps: float,
     critic_baseline: bool = False,
+    drop_B: torch.Tensor | None = None,
 ) -> Selection:
-    """Advantages for every row and the groups that train (see the module docstring)."""
+    """Advantages for every row and the groups that train (see the module docstring).
+
+    ``drop_B`` (bool, B): rows left out of the loss although their group trains, e.g.
+    truncated completions (DAPO's overlong filtering, TRL's ``mask_truncated_completions``);
+    their rewards still count in the group's baseline."""
     advantages_B = group_advantages(
         groups.rewards_NG, scale=scale, eps=eps, zero_variance_N=groups.zero_variance_N
     ).view(-1)
@@ -42,4 +48,8 @@ def select_groups(
         trains_N = ~groups.skipped_N
     else:
         trains_N = first_groups(groups.informative_N, target_groups)
-    return Selection(advantages_B, trains_N, trains_N.repeat_interleave(groups.group_size))
+    keep_B = trains_N.repeat_interleave(groups.group_size)
+    if drop_B is None:
+        return Selection(advantages_B, trains_N, keep_B)
+    dropped_B = keep_B & drop_B.to(keep_B.device)
+    return Selection(advantages_B, trains_N, keep_B & ~dropped_B, int(dropped_B.sum()))

@@ -39,6 +39,7 @@ from grpo.training.generate import Rollouts
 from grpo.training.optim import Optimization, build_optimizer
 from grpo.training.resume import resume_point, resume_run
 from grpo.training.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
+from grpo.training.surrogate import correction_settings
 
 
 @dataclass
@@ -69,6 +70,7 @@ class LoopSettings:
     keep_checkpoints: int
     eval_every: int  # 0: held-out accuracy only before and after training
     max_consecutive_skips: int
+    mask_truncated_completions: bool = False  # truncated rows stay out of the loss
 
 
 @dataclass
@@ -185,6 +187,7 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
         keep_checkpoints=train_cfg.keep_checkpoints,
         eval_every=config.eval.every,
         max_consecutive_skips=train_cfg.max_consecutive_skips,
+        mask_truncated_completions=algo.mask_truncated_completions,
     )
 
 
@@ -229,6 +232,7 @@ def _objective(config: Config) -> Objective:
         **settings,
         temperature=config.rollout.temperature,
         max_completion_length=config.rollout.max_new_tokens,
+        correction=correction_settings(config.algorithm, config.rollout.engine),
     )
 
 
@@ -321,6 +325,8 @@ def _rollouts(
         accuracy_reward=accuracy.name if accuracy is not None else None,
         decode=partial(decode_completions, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
+        overlong_buffer=config.algorithm.overlong_buffer,
+        overlong_penalty=config.algorithm.overlong_penalty,
     )
 
 

@@ -46,6 +46,10 @@ def step_metrics(
         **update,
         **times,
     }
+    if results.overlong_penalty_B is not None:
+        metrics["reward/overlong_penalty"] = results.overlong_penalty_B.mean().item()
+    if selection.dropped_rows is not None:
+        metrics["truncated_masked"] = float(selection.dropped_rows)
     return metrics
 
 

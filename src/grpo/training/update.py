@@ -17,12 +17,13 @@ import torch
 from torch import nn
 
 from grpo.algo.kl import kl_penalty
-from grpo.algo.losses import aggregate, policy_loss
+from grpo.algo.losses import aggregate
 from grpo.algo.objective import Objective
 from grpo.models.logprobs import completion_logprobs
 from grpo.models.wrappers import is_fsdp_sharded
 from grpo.training.batch import Reference, Shard, TrainBatch, micro_slices
 from grpo.training.optim import Optimization
+from grpo.training.surrogate import add_correction_sums, correction_totals, surrogate_loss
 
 
 def policy_update(
@@ -70,6 +71,7 @@ def policy_update(
         "sampler_logp_gap": 0.0,
         "grad_norm": 0.0,
         "skipped_updates": 0.0,  # updates skipped for a non-finite loss or gradient
+        **correction_totals(objective),
     }
     if use_kl:
         totals["kl"] = 0.0
@@ -150,6 +152,7 @@ def _accumulate_gradients(
         if first:
             totals["entropy"] += metrics["entropy_sum"] / token_total
             totals["sampler_logp_gap"] += metrics["gap_sum"] / token_total
+            add_correction_sums(totals, metrics, token_total)
     return losses
 
 
@@ -201,19 +204,13 @@ def _micro_step(
         micro.completion_ids_BT,
         micro.completion_mask_BT,
         temperature=objective.temperature,
-        with_entropy=first,
+        with_entropy=first or objective.entropy_coef > 0,
+        entropy_grad=objective.entropy_coef > 0,
     )
     if old_logps[index] is None:
         old_logps[index] = logp_BT.detach()
-    loss, stats = policy_loss(
-        logp_BT,
-        old_logps[index],
-        micro.advantages_BT,
-        micro.completion_mask_BT,
-        clip_low=objective.clip_low,
-        clip_high=objective.clip_high,
-        aggregation=objective.aggregation,
-        **normalizers,
+    loss, stats, correction = surrogate_loss(
+        logp_BT, old_logps[index], entropy_BT, micro, objective, normalizers, with_metrics=first
     )
     mask_BT = micro.completion_mask_BT
     metrics: dict[str, float] = {}
@@ -237,6 +234,7 @@ def _micro_step(
         metrics["entropy_sum"] = float(entropy_BT[keep_BT].sum())
         gap_BT = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
         metrics["gap_sum"] = float(gap_BT[keep_BT].sum())
+        metrics.update(correction)  # "sampler/…" sums, when a correction is on
     return metrics
 
 
