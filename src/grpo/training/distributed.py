@@ -212,6 +212,11 @@ def reduce_step_metrics(
         **dict.fromkeys(update_metrics, "sum"),
         "ratio_min": "min",
         "ratio_max": "max",
+        **{  # the sampler correction's extremes: sampler/…_min, sampler/…_max
+            key: key.rsplit("_", 1)[1]
+            for key in update_metrics
+            if key.startswith("sampler/") and key.endswith(("_min", "_max"))
+        },
         "grad_norm": "max",
         "skipped_updates": "max",
         **dict.fromkeys(times, "max"),
