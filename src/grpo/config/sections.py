@@ -97,9 +97,9 @@ class AlgorithmConfig:
     sampler_correction: Literal["auto", "none", "tis", "mis", "seq_mis", "geo_mask"] = "auto"
     sampler_is_cap: float = 2.0  # C of tis (TRL's and verl's default)
     sampler_mask_low: float = 0.5  # band of mis and seq_mis
-    sampler_mask_high: float = 2.0
+    sampler_mask_high: float = 2.0  # upper end of that band
     sampler_geo_low: float = 0.99  # band of geo_mask (SkyRL's)
-    sampler_geo_high: float = 1.01
+    sampler_geo_high: float = 1.01  # upper end of that band
     # DAPO overlong shaping: the last overlong_buffer tokens before rollout.max_new_tokens
     # cost a linear penalty, up to overlong_penalty at the cap; 0 = off
     overlong_buffer: int = 0

@@ -10,8 +10,9 @@ Sampling is vLLM's own, one request per row, seeded with a base seed drawn from 
 trainer's generator plus the row's index in the step: a row's completion does not depend
 on how the rows are split across processes. The sampled tokens' log-probs come back as
 vLLM's sampler computed them (``processed_logprobs`` where the installed vLLM offers it:
-after temperature and top-k/top-p). The loss never uses them: the trainer recomputes its
-own log-probs for the ratio, and logs the mean gap as ``sampler_logp_gap``.
+after temperature and top-k/top-p). The trainer recomputes its own log-probs for the
+ratio; the sampler's only weight the loss through ``algorithm.sampler_correction`` (TIS by
+default with this engine), and their mean gap is logged as ``sampler_logp_gap``.
 
 Nothing here runs without a CUDA GPU and vLLM; the helpers that turn vLLM's requests and
 outputs into this project's layout are plain functions, tested on CPU.

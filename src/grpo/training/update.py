@@ -231,7 +231,7 @@ def _micro_step(
     )
     if first:
         keep_BT = mask_BT.bool()
-        metrics["entropy_sum"] = float(entropy_BT[keep_BT].sum())
+        metrics["entropy_sum"] = float(entropy_BT.detach()[keep_BT].sum())
         gap_BT = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
         metrics["gap_sum"] = float(gap_BT[keep_BT].sum())
         metrics.update(correction)  # "sampler/…" sums, when a correction is on
