@@ -25,10 +25,12 @@ PUBLIC = [
 # Modules whose docstring examples are part of the documentation of the public core.
 DOCTESTED = [
     "grpo.algo.advantages",
+    "grpo.algo.corrections",
     "grpo.algo.curriculum",
     "grpo.algo.groups",
     "grpo.algo.kl",
     "grpo.algo.losses",
+    "grpo.algo.overlong",
     "grpo.algo.ppo",
     "grpo.training.rounds",
     "grpo.eval.evaluate",
