@@ -174,8 +174,24 @@ def _ok(result: subprocess.CompletedProcess) -> None:
             ),
             2,
         ),
+        # The sampler correction (top-k mismatch), GSPO, the entropy bonus and the overlong
+        # options: their metrics add up (or take min/max) across processes too.
+        pytest.param(
+            (
+                "--rollout.top_k=4",
+                "--algorithm.sampler_correction=tis",
+                "--algorithm.ratio_level=sequence",
+                "--algorithm.sequence_clip_low=0.2",
+                "--algorithm.sequence_clip_high=0.2",
+                "--algorithm.entropy_coef=0.01",
+                "--algorithm.overlong_buffer=2",
+                "--algorithm.mask_truncated_completions=true",
+            ),
+            4,
+            marks=pytest.mark.slow,
+        ),
     ],
-    ids=["whole-groups", "split-group"],
+    ids=["whole-groups", "split-group", "corrections"],
 )
 def test_two_processes_train_exactly_as_one(job, overrides, group_size) -> None:
     _ok(job(1, "one", *overrides))
