@@ -95,10 +95,10 @@ class AlgorithmConfig:
     # else 0 | seq_mis: the same on the sequence's product ratio | geo_mask: drop sequences
     # whose geometric-mean ratio is outside [sampler_geo_low, sampler_geo_high]
     sampler_correction: Literal["auto", "none", "tis", "mis", "seq_mis", "geo_mask"] = "auto"
-    sampler_is_cap: float = 2.0  # C of tis (TRL's and verl's default)
-    sampler_mask_low: float = 0.5  # band of mis and seq_mis
+    sampler_is_cap: float = 2.0  # C of tis (verl's rollout_is_threshold default)
+    sampler_mask_low: float = 0.5  # lower end of the band of mis and seq_mis
     sampler_mask_high: float = 2.0  # upper end of that band
-    sampler_geo_low: float = 0.99  # band of geo_mask (SkyRL's)
+    sampler_geo_low: float = 0.99  # lower end of the band of geo_mask (SkyRL's)
     sampler_geo_high: float = 1.01  # upper end of that band
     # DAPO overlong shaping: the last overlong_buffer tokens before rollout.max_new_tokens
     # cost a linear penalty, up to overlong_penalty at the cap; 0 = off
