@@ -35,7 +35,7 @@ LOG_RATIO_CLAMP = 20.0
 
 @dataclass(frozen=True)
 class CorrectionSettings:
-    """Which correction, and its thresholds (defaults: TRL's/verl's TIS cap 2, verl's token
+    """Which correction, and its thresholds (defaults: verl's TIS threshold 2, verl's token
     rejection band [0.5, 2], SkyRL's geometric band [0.99, 1.01])."""
 
     mode: SamplerCorrection = "none"

@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 from grpo.algo.advantages import AdvantageScale
+from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
-from grpo.config import BatchPlan, Config, config_to_dict
+from grpo.config import AlgorithmConfig, BatchPlan, Config, config_to_dict
 from grpo.data.dataset import PromptDataset, load_dataset_for
 from grpo.data.sampler import PromptSampler
 from grpo.eval.evaluate import correctness_reward, held_out_evaluator
@@ -39,7 +40,6 @@ from grpo.training.generate import Rollouts
 from grpo.training.optim import Optimization, build_optimizer
 from grpo.training.resume import resume_point, resume_run
 from grpo.training.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
-from grpo.training.surrogate import correction_settings
 
 
 @dataclass
@@ -233,6 +233,23 @@ def _objective(config: Config) -> Objective:
         temperature=config.rollout.temperature,
         max_completion_length=config.rollout.max_new_tokens,
         correction=correction_settings(config.algorithm, config.rollout.engine),
+    )
+
+
+def correction_settings(algorithm: AlgorithmConfig, engine: str) -> CorrectionSettings:
+    """The ``algorithm.sampler_*`` keys; ``"auto"`` is TIS for an external engine (vLLM,
+    whose kernels and precision differ from the trainer's) and none for the built-in engine,
+    which samples from the policy itself."""
+    mode = algorithm.sampler_correction
+    if mode == "auto":
+        mode = "none" if engine == "transformers" else "tis"
+    return CorrectionSettings(
+        mode=mode,
+        is_cap=algorithm.sampler_is_cap,
+        mask_low=algorithm.sampler_mask_low,
+        mask_high=algorithm.sampler_mask_high,
+        geo_low=algorithm.sampler_geo_low,
+        geo_high=algorithm.sampler_geo_high,
     )
 
 

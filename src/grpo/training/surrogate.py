@@ -12,10 +12,9 @@ import math
 
 import torch
 
-from grpo.algo.corrections import CorrectionSettings, correction_sums, sampler_correction
+from grpo.algo.corrections import correction_sums, sampler_correction
 from grpo.algo.losses import aggregate, policy_loss
 from grpo.algo.objective import Objective
-from grpo.config import AlgorithmConfig
 from grpo.training.batch import TrainBatch
 
 
@@ -89,20 +88,3 @@ def add_correction_sums(totals: dict[str, float], metrics: dict[str, float], tok
             totals[key] = max(totals[key], value)
         else:
             totals[key] += value / max(tokens, 1)
-
-
-def correction_settings(algorithm: AlgorithmConfig, engine: str) -> CorrectionSettings:
-    """The ``algorithm.sampler_*`` keys; ``"auto"`` is TIS for an external engine (vLLM,
-    whose kernels and precision differ from the trainer's) and none for the built-in engine,
-    which samples from the policy itself."""
-    mode = algorithm.sampler_correction
-    if mode == "auto":
-        mode = "none" if engine == "transformers" else "tis"
-    return CorrectionSettings(
-        mode=mode,
-        is_cap=algorithm.sampler_is_cap,
-        mask_low=algorithm.sampler_mask_low,
-        mask_high=algorithm.sampler_mask_high,
-        geo_low=algorithm.sampler_geo_low,
-        geo_high=algorithm.sampler_geo_high,
-    )
