@@ -138,6 +138,7 @@ class RewardConfig:
     timeout_s: float = 0.0  # 0 = no limit
     on_error: Literal["fail", "zero", "skip_group"] = "fail"  # what a failing row gets
     options: dict[str, Any] = field(default_factory=dict)  # keyword arguments bound at start-up
+    accuracy: bool = False  # its value ≥ 1 means correct: drives accuracy, groups/* and grpo eval
 
 
 @dataclass(frozen=True)

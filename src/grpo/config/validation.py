@@ -192,11 +192,18 @@ def validate(config: Config) -> None:
 
 
 def _reward_failures(config: Config) -> list[str]:
-    """Each [[rewards]] table's function name, then its timeout, table by table."""
+    """Each [[rewards]] table's function name, then its timeout, table by table; then at
+    most one accuracy reward."""
     failures: list[str] = []
     for index, reward in enumerate(config.rewards):
         if ":" not in reward.function:
             failures.append(f"rewards[{index}].function must be 'module:function'")
         if not reward.timeout_s >= 0:
             failures.append(f"rewards[{index}].timeout_s must be ≥ 0")
+    claims = [index for index, reward in enumerate(config.rewards) if reward.accuracy]
+    if len(claims) > 1:
+        failures.append(
+            f"rewards[{claims[1]}].accuracy: rewards[{claims[0]}] is already the accuracy reward"
+            " (at most one [[rewards]] table may set accuracy = true)"
+        )
     return failures

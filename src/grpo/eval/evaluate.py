@@ -73,7 +73,10 @@ def correctness_reward(eval_reward: str, rewards: list[RewardFunction]) -> Rewar
         return RewardFunction(name=eval_reward, fn=resolve_function(eval_reward))
     reward = accuracy_reward(rewards)
     if reward is None:
-        raise ConfigError("no reward is an accuracy reward: set eval.reward = 'module:function'")
+        raise ConfigError(
+            "no reward is an accuracy reward: set accuracy = true on one [[rewards]] table"
+            " (or eval.reward = 'module:function')"
+        )
     return reward
 
 

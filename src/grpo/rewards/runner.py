@@ -61,6 +61,7 @@ class RewardFunction:
     weight: float = 1.0
     timeout_s: float = 0.0  # 0 = no limit
     on_error: str = "fail"  # "fail" | "zero" | "skip_group"
+    accuracy: bool = False  # marked ``accuracy = true``: its value ≥ 1 means correct
 
 
 @dataclass
@@ -106,8 +107,12 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
                 weight=config.weight,
                 timeout_s=config.timeout_s,
                 on_error=config.on_error,
+                accuracy=config.accuracy,
             )
         )
+    marked = [f.name for f in functions if f.accuracy]
+    if len(marked) > 1:
+        raise RewardError(f"rewards {marked} all set accuracy = true; at most one may")
     return functions
 
 
@@ -115,8 +120,14 @@ def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
 
 
 def accuracy_reward(functions: Sequence[RewardFunction]) -> RewardFunction | None:
-    """The first function marked as checking correctness (``fn.is_accuracy``), if any:
-    the one behind the ``accuracy`` metric, the curriculum's successes and evaluation."""
+    """The function behind the ``accuracy`` metric, the ``groups/*`` counts, the
+    curriculum's successes and evaluation: the one configured with ``accuracy = true``,
+    else the first built-in that checks correctness (``fn.is_accuracy``), else None."""
+    marked = [f for f in functions if f.accuracy]
+    if len(marked) > 1:
+        raise RewardError(f"rewards {[f.name for f in marked]} all set accuracy = true")
+    if marked:
+        return marked[0]
     return next((f for f in functions if getattr(f.fn, "is_accuracy", False)), None)
 
 
