@@ -13,7 +13,7 @@ from grpo.config import ConfigError, load_config
 # Group k of 4 completions (rows 4k..4k+3), k mod 4: mixed, all right, all wrong, all wrong.
 # "verdict" gives 2.0 for right (≥ 1: correct) and 0.0 for wrong; "half" adds 0.5 to every
 # row, so the *total* never says "all wrong": only the accuracy reward can.
-REWARDS_MODULE = '''
+REWARDS_MODULE = """
 PATTERN = [[2.0, 0.0, 2.0, 0.0], [2.0] * 4, [0.0] * 4, [0.0] * 4]
 
 
@@ -23,7 +23,7 @@ def verdict(prompts, completions, **columns):
 
 def half(prompts, completions, **columns):
     return [0.5] * len(completions)
-'''
+"""
 
 
 @pytest.fixture
@@ -81,4 +81,6 @@ def test_two_rewards_claiming_accuracy_is_an_error(tmp_path, user_rewards) -> No
         f'{{ function = "{user_rewards}:{name}", accuracy = true }}' for name in ("verdict", "half")
     ]
     with pytest.raises(ConfigError, match=r"rewards\[1\]\.accuracy: rewards\[0\] is already"):
-        load_config(None, ["--model.path=m", "--data.train_path=d", f"--rewards=[{','.join(tables)}]"])
+        load_config(
+            None, ["--model.path=m", "--data.train_path=d", f"--rewards=[{','.join(tables)}]"]
+        )

@@ -1,4 +1,5 @@
-"""Sandbox launcher: isolates itself, forks, drops privileges, ``exec``s the program.
+"""Sandbox launcher: isolates itself, forks, drops privileges, ``exec``s the program
+(``spec["program"]`` with ``spec["argv"]``: Python for code, ``coqc`` for proofs...).
 
 Run by :mod:`grpo.rewards.sandbox` as ``python -I -S _sandbox_child.py SPEC_JSON`` in a new
 session, never imported. Standard library only (plus the seccomp filter and the rlimits, in
@@ -18,14 +19,15 @@ control pipe (``ISOLATION a,b,c``) before the program starts:
 * ``mountns``: a private mount namespace: every mount re-mounted read-only, fresh size-capped
   tmpfs on /tmp, /var/tmp, /dev/shm and /run (the program's working directory is in the
   new /tmp), home directories and the trainer's working directory hidden behind empty
-  tmpfs, only the Python installation re-exposed read-only, and a /proc that shows only
+  tmpfs, only the program's installation (``spec["expose"]``) re-exposed read-only, and a
+  /proc that shows only
   the sandbox's processes.
 * ``pidns``: a new PID namespace: no other process can be seen or signalled, and when its
   first process dies the kernel kills every process left in it (no escape by ``setsid``).
 * ``uid``: as root, switch to an unprivileged uid unique to this run, so RLIMIT_NPROC is
   enforced (root is exempt) and the program can touch nothing owned by anyone else. Done
-  where the Python installation is visible to that uid: with ``mountns``, or when it is
-  world-readable.
+  where the program's installation is visible to that uid: with ``mountns``, or when it
+  is world-readable.
 * ``userns``: when not root, an unprivileged user namespace makes the namespaces above
   possible.
 * ``seccomp`` (only when there is no PID namespace): a syscall filter that refuses signals
@@ -220,9 +222,9 @@ def main() -> None:
 
 
 def _readable_by_anyone(spec: dict) -> bool:
-    """Whether any user can run the Python: it and the installation's directories are
+    """Whether any user can run the program: it and the installation's directories are
     world-readable, and every directory above them world-searchable."""
-    paths = [os.path.realpath(spec["python"]), spec["python"], *spec["expose"]]
+    paths = [os.path.realpath(spec["program"]), spec["program"], *spec["expose"]]
     for path in paths:
         mode = stat.S_IROTH | (
             stat.S_IXOTH if os.path.isdir(path) or os.access(path, os.X_OK) else 0
@@ -297,7 +299,7 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
         features.append("pidns")
     else:
         os.setpgid(0, 0)
-    # As root, drop to the run's own uid where the Python installation is visible to it:
+    # As root, drop to the run's own uid where the program's installation is visible to it:
     # re-exposed by the mount namespace, or readable by anyone (not under /root, say).
     uid = None
     if is_root and (namespaces & CLONE_NEWNS or _readable_by_anyone(spec)):
@@ -389,8 +391,7 @@ def _exec_program(spec: dict, control: int, workdir: str) -> None:
             os.dup2(high, target)  # dup2 makes the new descriptor inheritable
             keep.append(target)
     os.closerange(max(keep) + 1, 1 << 16)  # close_range(2): cheap whatever the bound
-    argv = [spec["python"], *spec["python_args"], *spec["argv"]]
-    os.execve(spec["python"], argv, spec["env"])
+    os.execve(spec["program"], spec["argv"], spec["env"])
 
 
 if __name__ == "__main__":

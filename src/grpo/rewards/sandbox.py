@@ -1,9 +1,11 @@
-"""Running untrusted Python (model-written code) without harm to the machine or the trainer.
+"""Running untrusted programs (model-written code, proofs) without harm to the machine or
+the trainer.
 
-:func:`run_python` starts ``python -I -S _sandbox_child.py`` in a new session; that launcher
-isolates itself and runs ``python -I -B <program>`` (see ``_sandbox_child.py`` for the
-layers: namespaces, a uid of its own, seccomp, rlimits). This side supplies what must not
-depend on the program's cooperation:
+:func:`run_program` starts ``python -I -S _sandbox_child.py`` in a new session; that launcher
+isolates itself and ``exec``s the given command (see ``_sandbox_child.py`` for the layers:
+namespaces, a uid of its own, seccomp, rlimits); :func:`run_python` runs ``python -I -B
+<file>`` that way, the proof checker ``coqc``. This side supplies what must not depend on
+the program's cooperation:
 
 * a **wall-clock timeout**: SIGKILL to the program's PID namespace (or process group), then,
   if need be, to the launcher's group (SIGTERM can be ignored; SIGKILL cannot);
@@ -35,7 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from grpo.rewards._sandbox_watch import (
     collect_output,
@@ -147,8 +149,8 @@ _UIDS = _UidPool()
 
 
 @functools.cache
-def _exposed_paths() -> tuple[str, ...]:
-    """The Python installation (and virtual environment) the program runs with."""
+def _python_paths() -> tuple[str, ...]:
+    """The Python installation (and virtual environment) a Python program runs with."""
     paths = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
     paths.add(os.path.dirname(os.path.realpath(sys.executable)))
     paths.add(os.path.dirname(os.path.abspath(sys.executable)))
@@ -173,8 +175,17 @@ class SandboxError(RuntimeError):
 
 
 def run_python(
+    files: Mapping[str, str | bytes], argv: Sequence[str], **options: Any
+) -> SandboxResult:
+    """Run ``python -I -B *argv`` (this interpreter) with :func:`run_program`'s sandbox and
+    ``options``; the Python installation stays visible to it."""
+    expose = (*_python_paths(), *options.pop("expose", ()))
+    return run_program(files, [sys.executable, "-I", "-B", *argv], expose=expose, **options)
+
+
+def run_program(
     files: Mapping[str, str | bytes],
-    argv: Sequence[str],
+    command: Sequence[str],
     *,
     stdin: str | bytes = b"",
     limits: SandboxLimits | None = None,
@@ -182,30 +193,38 @@ def run_python(
     require: Sequence[str] = (),
     pass_control: bool = False,
     secret: bytes | None = None,
+    expose: Sequence[str] = (),
 ) -> SandboxResult:
-    """Run ``python -I -B *argv`` in a sandbox whose working directory holds ``files``
-    (Linux only). Raises :class:`SandboxError` when the sandbox cannot be set up.
+    """Run ``command`` (its first item an absolute path or a name on the sandbox's PATH) in a
+    sandbox whose working directory holds ``files`` (Linux only). Raises
+    :class:`SandboxError` when the sandbox cannot be set up or the program is not found.
 
     ``isolation``: "auto" (namespaces where the kernel allows, else seccomp), "seccomp"
     (skip namespaces), "none" (rlimits only: for debugging). ``require``: layer names
     (e.g. ``("netns", "pidns")``) without which the program is not started at all.
     ``pass_control``: the program gets a write pipe on fd 3 (returned as ``control``) and,
-    with ``secret``, a read pipe on fd 4 carrying those bytes.
+    with ``secret``, a read pipe on fd 4 carrying those bytes. ``expose``: directories the
+    program needs that the mount namespace would hide (they stay read-only); the program's
+    own directory is always exposed.
     """
+    program = shutil.which(command[0], path=_ENV["PATH"]) if command else None
+    if program is None:
+        raise SandboxError(f"program not found: {command[0] if command else '(empty command)'}")
+    program = os.path.abspath(program)
     limits = limits or SandboxLimits()
     host_dir = _make_host_dir(files)
     uid = _UIDS.acquire() if os.geteuid() == 0 else None
     control_r, control_w = os.pipe()
     stdin_r, stdin_w = os.pipe()
     secret_r, secret_w = os.pipe() if secret is not None else (-1, -1)
+    own_dirs = {os.path.dirname(program), os.path.dirname(os.path.realpath(program))}
     spec = {
         "host_dir": host_dir,
-        "python": sys.executable,
-        "python_args": ["-I", "-B"],
-        "argv": list(argv),
+        "program": program,
+        "argv": [program, *command[1:]],
         "env": _ENV,
         "limits": limits.for_launcher(),
-        "expose": list(_exposed_paths()),
+        "expose": sorted({*own_dirs, *expose}),
         "hide": _hidden_paths(),
         "uid": uid,
         "isolation": isolation,
