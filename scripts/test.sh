@@ -11,5 +11,13 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
         >/dev/null 2>&1 || echo "scripts/test.sh: could not install chromium; that test will skip" >&2
 fi
+# The proof reward's tests run Coq's checker, coqc (Debian's coq package): installed the same
+# way when missing; otherwise those tests skip, saying so.
+if ! command -v coqc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+    && [ -z "${GRPO_NO_COQ:-}" ]; then
+    echo "scripts/test.sh: installing coq (apt) for the proof reward's tests" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq coq; } \
+        >/dev/null 2>&1 || echo "scripts/test.sh: could not install coq; those tests will skip" >&2
+fi
 .venv/bin/ruff check src tests benchmarks
 exec .venv/bin/python -m pytest -m "slow or not slow" -p no:cacheprovider -q "$@"
