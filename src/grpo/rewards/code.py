@@ -12,11 +12,39 @@ any of these forms (a JSON string of any of them is decoded first):
   each line and trailing blank lines.
 * assert-style tests: ``["assert add(1, 2) == 3", ...]`` (MBPP style), or one string of
   test code. The solution is executed as a module (``__name__ == "solution"``, so a
-  ``main()`` guarded by ``if __name__ == "__main__"`` does not run), then each test in the
-  same namespace; a test passes when it raises nothing. Results go to the host over a
-  private pipe keyed by a random nonce, so a program that prints what looks like success
-  and exits (``sys.exit(0)``, ``os._exit(0)``) before the tests run scores 0. (It guards
-  against early exits, not against code that deliberately inspects the harness's frames.)
+  ``main()`` guarded by ``if __name__ == "__main__"`` does not run), then the tests in
+  order, in its namespace, and graded as below.
+
+**What is guaranteed for a test that is a single ``assert <expression>``** (split by
+:func:`~grpo.rewards.code_checks.plan_test`):
+
+1. *Equality is type-strict.* Only the sub-expressions that name the solution's
+   functions or variables (the *probes*, e.g. ``add(1, 2)``) are evaluated next to the
+   solution; their values come back as plain data (None, bool, int, float, complex, str,
+   bytes, and lists, tuples, dicts, sets and frozensets of those, each by exact type), and
+   any other object, a subclass of a builtin included, fails the test. The rest of the
+   expression (the comparison, ``sorted``, ``math.isclose`` ...) is evaluated in the
+   trainer's process on fresh copies of those values, where ``==``, ``!=``, ``in`` and
+   ``not in`` hold only between values of the same type at every level (``3 != 3.0 !=
+   "3"``, ``[1] != (1,)``). An object whose ``__eq__`` or ``__bool__`` says yes can
+   therefore pass nothing.
+2. *Nothing the solution runs can reach or forge the record of which tests passed.*
+   That record is made in the trainer's process, from the probes' values alone: exiting
+   early (``sys.exit``, ``os._exit``), printing a fake result line, writing to the result
+   pipe, patching ``builtins``, ``AssertionError`` or ``sys.modules``, or rewriting the
+   harness through its frames can only change the values reported, and a value passes
+   only if it is the right one. The parts of the test that do not name the solution (the
+   expected values, and what the test computes from them) never enter the solution's
+   process, so it cannot read them there.
+
+**Not guaranteed:** test code that is not one ``assert`` (setup lines, several
+statements, a ``check()`` function) runs whole next to the solution and passes when the
+harness there reports that it raised nothing, which a hostile solution can forge; a
+comparison made *inside* a probe (in a comprehension or lambda that calls the solution,
+``all(f(x) == y for ...)``) runs in the solution's process, so it is neither type-strict
+nor tamper-proof; expected values the solution could read elsewhere (in the prompt) can be
+hard-coded. The test's own computation runs in the trainer's process with a few pure
+builtins and ``math``: tests are trusted configuration, like the reward function itself.
 
 The score is the fraction of tests passed (``mode="fraction"``) or 1.0 only when all pass
 (``mode="binary"``). Completions run in parallel, ``workers`` at a time (default: one per
@@ -29,55 +57,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+from grpo.rewards.code_checks import TestPlan, plan_test, verdict
 from grpo.rewards.sandbox import Isolation, SandboxLimits, run_python
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"python", "py", "python3"}
 
-# Runs the solution, then each test; reports "<nonce> <tests run> <passed>" on fd 3 after
-# every test, so that a hang in test k still credits the tests before it.
-_HARNESS = """\
-import os
-
-
-def _run():
-    received = b""
-    while True:
-        chunk = os.read(4, 65536)
-        if not chunk:
-            break
-        received += chunk
-    os.close(4)
-    nonce, _, payload = received.partition(b"\\n")
-    import json
-
-    tests = json.loads(payload)
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    with open("solution.py") as handle:
-        source = handle.read()
-    try:
-        exec(compile(source, "solution.py", "exec"), namespace)
-    except BaseException:  # SystemExit included: exiting is not passing
-        os._exit(1)
-    passed = 0
-    for index, test in enumerate(tests):
-        try:
-            exec(compile(test, "<test %d>" % index, "exec"), namespace)
-            passed += 1
-        except BaseException:
-            pass
-        os.write(3, b"%s %d %d\\n" % (nonce, index + 1, passed))
-    os._exit(0)
-
-
-_run()
-"""
+# Runs in the sandbox next to the solution: executes it, then reports each test's probes.
+_HARNESS = Path(__file__).with_name("_code_harness.py").read_text()
 
 
 @dataclass(frozen=True)
@@ -145,7 +138,7 @@ def run_tests(
     """(tests passed, tests in the suite) for one program."""
     total = len(suite.cases)
     if suite.kind == "assert":
-        nonce = secrets.token_hex(16).encode()
+        plans = [plan_test(case) for case in suite.cases]
         result = run_python(
             {"solution.py": code, "harness.py": _HARNESS},
             ["harness.py"],
@@ -153,14 +146,10 @@ def run_tests(
             isolation=isolation,
             require=require,
             pass_control=True,
-            secret=nonce + b"\n" + json.dumps(list(suite.cases)).encode(),
+            secret=json.dumps([plan.for_harness() for plan in plans]).encode(),
         )
-        passed = 0
-        for line in result.control.splitlines():
-            fields = line.split()
-            if len(fields) == 3 and fields[0] == nonce and fields[1].isdigit():
-                passed = min(int(fields[2]), total)
-        return passed, total
+        reports = harness_reports(result.control, len(plans))
+        return sum(test_passed(plan, reports.get(i)) for i, plan in enumerate(plans)), total
     passed = 0
     for stdin, expected in suite.cases:
         result = run_python(
@@ -176,6 +165,32 @@ def run_tests(
         if result.timed_out:
             break  # one timeout per completion at most: the rest count as failed
     return passed, total
+
+
+def harness_reports(control: bytes, tests: int) -> dict[int, Any]:
+    """Test index → the harness's report (the first well-formed line for it wins; lines
+    are the solution's claims either way, never trusted beyond their values)."""
+    reports: dict[int, Any] = {}
+    for line in control.splitlines():
+        index, _, payload = line.partition(b" ")
+        if not index.isdigit() or int(index) >= tests or int(index) in reports:
+            continue
+        try:
+            reports[int(index)] = json.loads(payload)
+        except (ValueError, RecursionError):
+            continue
+    return reports
+
+
+def test_passed(plan: TestPlan, report: Any) -> bool:
+    """A split test: the host's verdict on the probes' values. Test code run whole: the
+    harness said it raised nothing."""
+    if not isinstance(report, dict):
+        return False
+    if plan.verdict is None:
+        return report.get("ok") is True
+    probes = report.get("probes")
+    return isinstance(probes, list) and verdict(plan, probes)
 
 
 def code_reward(

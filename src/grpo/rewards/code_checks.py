@@ -1,0 +1,251 @@
+"""Assert-style code tests decided by the host, from plain data the solution returns.
+
+A test ``assert <expression>`` is split (:func:`plan_test`) into **probes**, the largest
+sub-expressions that name something other than a few pure builtins and ``math`` (so:
+the solution's functions and variables, e.g. ``add(1, 2)``), and a **verdict**: the rest of
+the expression, with each probe replaced by its value. Only the probes run in the sandbox,
+next to the solution (``_code_harness.py``); their values come back as typed JSON of
+plain data, are rebuilt here as fresh Python objects, and the verdict is evaluated here
+(:func:`verdict`), in the trainer's process, with only those builtins and ``math`` in scope.
+Equality in the verdict is type-strict (:func:`strict_equal`): ``==``, ``!=``, ``in`` and
+``not in`` hold only between values of exactly the same type at every level.
+
+Test code that is not a single ``assert`` (setup lines, several statements) cannot be
+split: it runs next to the solution, and "passed" there means "raised nothing", as the
+solution's process reports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# Pure functions of plain data, evaluated in the host's verdict; nothing that takes a
+# callable (map, filter) or reaches objects' internals (getattr, vars, type's attributes).
+_BUILTINS = frozenset(
+    {"abs", "all", "any", "bool", "bytes", "complex", "dict", "divmod", "enumerate", "float"}
+    | {"frozenset", "int", "isinstance", "len", "list", "max", "min", "pow", "range", "repr"}
+    | {"reversed", "round", "set", "sorted", "str", "sum", "tuple", "zip"}
+)
+TRUSTED_NAMES = _BUILTINS | {"math"}
+_PROBE = "_grpo_probe_"
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    """One test: ``probes`` (expression sources) and the ``verdict`` over their values;
+    or, for test code that cannot be split (``verdict`` None), ``source`` to execute."""
+
+    source: str
+    probes: tuple[str, ...] = ()
+    verdict: ast.Expression | None = None
+
+    def for_harness(self) -> dict[str, Any]:
+        if self.verdict is None:
+            return {"kind": "code", "source": self.source}
+        return {"kind": "probes", "probes": list(self.probes)}
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    """Names bound inside ``node`` (comprehension targets, lambda arguments)."""
+    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not _loads(n)}
+    for lam in (n for n in ast.walk(node) if isinstance(n, ast.Lambda)):
+        bound |= {a.arg for a in ast.walk(lam.args) if isinstance(a, ast.arg)}
+    return bound
+
+
+def _loads(name: ast.Name) -> bool:
+    return isinstance(name.ctx, ast.Load)
+
+
+def _names_the_solution(node: ast.AST) -> bool:
+    """Whether ``node`` uses a free name that is not trusted (the solution's, presumably)."""
+    free = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and _loads(n)}
+    return bool(free - _bound_names(node) - TRUSTED_NAMES)
+
+
+def _trusted_callee(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in _BUILTINS
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "math"
+        and not func.attr.startswith("_")
+    )
+
+
+class _Splitter:
+    """Replaces the probes of an expression by placeholder names, collecting their sources."""
+
+    def __init__(self) -> None:
+        self.probes: list[str] = []
+
+    def split(self, node: ast.expr) -> ast.expr:
+        if not _names_the_solution(node):
+            return node
+        if isinstance(node, ast.Compare):
+            node.left = self.split(node.left)
+            node.comparators = [self.split(c) for c in node.comparators]
+        elif isinstance(node, ast.BoolOp):
+            node.values = [self.split(v) for v in node.values]
+        elif isinstance(node, ast.UnaryOp):
+            node.operand = self.split(node.operand)
+        elif isinstance(node, ast.BinOp):
+            node.left, node.right = self.split(node.left), self.split(node.right)
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)) and not any(
+            isinstance(e, ast.Starred) for e in node.elts
+        ):
+            node.elts = [self.split(e) for e in node.elts]
+        elif self._splittable_call(node):
+            assert isinstance(node, ast.Call)
+            node.args = [self.split(a) for a in node.args]
+            for keyword in node.keywords:
+                keyword.value = self.split(keyword.value)
+        else:
+            return self._probe(node)
+        return node
+
+    @staticmethod
+    def _splittable_call(node: ast.expr) -> bool:
+        return (
+            isinstance(node, ast.Call)
+            and _trusted_callee(node.func)
+            and not any(isinstance(a, (ast.Starred, ast.Lambda)) for a in node.args)
+            and all(k.arg is not None for k in node.keywords)
+            and not any(isinstance(k.value, ast.Lambda) for k in node.keywords)
+        )
+
+    def _probe(self, node: ast.expr) -> ast.Name:
+        if isinstance(node, ast.GeneratorExp):  # a generator cannot travel: its items can
+            node = ast.ListComp(elt=node.elt, generators=node.generators)
+        self.probes.append(ast.unparse(node))
+        return ast.Name(id=f"{_PROBE}{len(self.probes) - 1}", ctx=ast.Load())
+
+
+_STRICT_CALLS = {
+    ast.Eq: "_grpo_eq",
+    ast.NotEq: "_grpo_ne",
+    ast.In: "_grpo_in",
+    ast.NotIn: "_grpo_not_in",
+}
+
+
+class _StrictComparisons(ast.NodeTransformer):
+    """``a == b`` → ``_grpo_eq(a, b)`` (and ``!=``, ``in``, ``not in``); chains split."""
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        operands = [node.left, *node.comparators]
+        pairs: list[ast.expr] = []
+        for op, left, right in zip(node.ops, operands, operands[1:], strict=False):
+            name = _STRICT_CALLS.get(type(op))
+            if name is None:
+                pairs.append(ast.Compare(left=left, ops=[op], comparators=[right]))
+            else:
+                pairs.append(ast.Call(ast.Name(name, ast.Load()), [left, right], []))
+        return pairs[0] if len(pairs) == 1 else ast.BoolOp(op=ast.And(), values=pairs)
+
+
+def plan_test(source: str) -> TestPlan:
+    """Split one test (see the module docstring); test code that is not a single
+    ``assert`` gets a plan without a verdict: it runs whole, next to the solution."""
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        return TestPlan(source)
+    if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
+        return TestPlan(source)
+    splitter = _Splitter()
+    body = _StrictComparisons().visit(splitter.split(module.body[0].test))
+    verdict = ast.fix_missing_locations(ast.Expression(body=body))
+    return TestPlan(source, tuple(splitter.probes), verdict)
+
+
+# --- values --------------------------------------------------------------------------
+
+
+def decode(encoded: Any) -> Any:
+    """The harness's typed JSON → fresh plain Python objects; ValueError for anything else."""
+    if encoded is None or isinstance(encoded, bool):
+        return encoded
+    if not isinstance(encoded, dict) or len(encoded) != 1:
+        raise ValueError(f"not an encoded value: {str(encoded)[:80]}")
+    [(tag, payload)] = encoded.items()
+    if tag == "s" and isinstance(payload, str):
+        return payload
+    scalars = {
+        "i": int,
+        "f": float.fromhex,
+        "b": bytes.fromhex,
+        "c": lambda parts: complex(float.fromhex(parts[0]), float.fromhex(parts[1])),
+    }
+    if tag in scalars and isinstance(payload, (str, list)):
+        return scalars[tag](payload)
+    if not isinstance(payload, list):
+        raise ValueError(f"not an encoded value: {str(encoded)[:80]}")
+    containers = {"l": list, "t": tuple, "S": set, "F": frozenset}
+    if tag in containers:
+        return containers[tag](decode(item) for item in payload)
+    if tag == "d":
+        return {decode(key): decode(value) for key, value in payload}
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def _typed(value: Any) -> Any:
+    """A hashable form of plain data that keeps every level's exact type."""
+    kind = type(value)
+    if kind in (list, tuple):
+        return (kind.__name__, tuple(_typed(v) for v in value))
+    if kind in (set, frozenset):
+        return (kind.__name__, frozenset(_typed(v) for v in value))
+    if kind is dict:
+        return ("dict", frozenset((_typed(k), _typed(v)) for k, v in value.items()))
+    if kind in (int, float, complex, str, bytes, bool, type(None)):
+        return (kind.__name__, value)
+    return ("object", id(value))  # verdict-made objects (ranges, iterators): identity only
+
+
+def strict_equal(a: Any, b: Any) -> bool:
+    """Equal with exactly the same types at every level: ``1 != 1.0 != True``,
+    ``[1] != (1,)``; objects other than plain data are equal only to themselves."""
+    if type(a) is not type(b):
+        return False
+    try:
+        return _typed(a) == _typed(b)
+    except TypeError:  # unhashable in a set/dict position: cannot come from decode
+        return False
+
+
+def strict_contains(container: Any, item: Any) -> bool:
+    if type(container) in (str, bytes):
+        return type(item) is type(container) and item in container
+    return any(strict_equal(item, element) for element in container)
+
+
+_SCOPE = {name: getattr(builtins, name) for name in _BUILTINS}
+_HELPERS = {
+    "_grpo_eq": strict_equal,
+    "_grpo_ne": lambda a, b: not strict_equal(a, b),
+    "_grpo_in": lambda a, b: strict_contains(b, a),
+    "_grpo_not_in": lambda a, b: not strict_contains(b, a),
+}
+
+
+def verdict(plan: TestPlan, encoded_probes: list[Any]) -> bool:
+    """Whether the test passed, given the harness's report of its probes."""
+    assert plan.verdict is not None
+    if len(encoded_probes) != len(plan.probes):
+        return False
+    scope: dict[str, Any] = {"__builtins__": _SCOPE, "math": math, **_HELPERS}
+    try:
+        for index, report in enumerate(encoded_probes):
+            if not isinstance(report, dict) or "v" not in report:
+                return False  # the probe raised, or returned something that is not data
+            scope[f"{_PROBE}{index}"] = decode(report["v"])
+        return bool(eval(compile(plan.verdict, "<test verdict>", "eval"), scope))
+    except Exception:
+        return False
