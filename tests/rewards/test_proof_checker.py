@@ -116,6 +116,23 @@ ADVERSARIAL = {
         "Abort.\nUnset Guard Checking.\nFixpoint loop (n : nat) : False := loop n.\n"
         f"{STATEMENT}\nProof. destruct (loop 0). Qed."
     ),
+    "an admitted helper lemma": (
+        "Abort.\nLemma helper : forall n : nat, n + 0 = n. Admitted.\n"
+        f"{STATEMENT}\nProof. exact helper. Qed."
+    ),
+    "an Axiom declared inside the proof": (
+        "Proof. Axiom cheat : forall n : nat, n + 0 = n. exact cheat. Qed."
+    ),
+    "the bypass_check attribute": (
+        "Abort.\n#[bypass_check(guard)] Fixpoint loop (n : nat) : False := loop n.\n"
+        f"{STATEMENT}\nProof. destruct (loop 0). Qed."
+    ),
+    "Unset Positivity Checking and a negative inductive": (
+        "Abort.\nUnset Positivity Checking.\nInductive Bad := mk : (Bad -> False) -> Bad.\n"
+        "Definition f (b : Bad) : False := match b with mk g => g b end.\n"
+        f"{STATEMENT}\nProof. destruct (f (mk f)). Qed."
+    ),
+    "Unset Universe Checking": f"Abort.\nUnset Universe Checking.\n{STATEMENT}\n{GOOD}",
     "Drop": f"Abort.\nDrop.\n{STATEMENT}\n{GOOD}",
     "100 MB of output": 'Proof. do 100000 idtac "' + "x" * 1000 + '". Qed.',
 }

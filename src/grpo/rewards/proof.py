@@ -24,8 +24,9 @@ a private file system):
    type is that statement and whose body is ``@GrpoSubmission.<name>``; the kernel
    checks the two agree (a proof of another statement, or of one about redefined
    ``nat``, fails), and ``Print Assumptions`` must report "Closed under the global
-   context": no ``Admitted``, ``Axiom``, ``Parameter``, or unsafe ``Unset Guard
-   Checking`` anywhere in what the proof uses. Only this run writes the control pipe the
+   context": no ``Admitted``, ``Axiom``, ``Parameter``, nor anything checked with the
+   guard, positivity or universe checks off (``Unset Guard Checking``,
+   ``#[bypass_check]``) anywhere in what the proof uses. Only this run writes the control pipe the
    verdict is read from; the submission's run has it closed.
 
 Not guarded: a bug in Coq itself (the check trusts the ``.vo`` that ``coqc`` wrote from
