@@ -93,4 +93,5 @@ def main():
     os._exit(0)
 
 
-main()
+if __name__ == "__main__":
+    main()
