@@ -20,8 +20,7 @@ control pipe (``ISOLATION a,b,c``) before the program starts:
   tmpfs on /tmp, /var/tmp, /dev/shm and /run (the program's working directory is in the
   new /tmp), home directories and the trainer's working directory hidden behind empty
   tmpfs, only the program's installation (``spec["expose"]``) re-exposed read-only, and a
-  /proc that shows only
-  the sandbox's processes.
+  /proc that shows only the sandbox's processes.
 * ``pidns``: a new PID namespace: no other process can be seen or signalled, and when its
   first process dies the kernel kills every process left in it (no escape by ``setsid``).
 * ``uid``: as root, switch to an unprivileged uid unique to this run, so RLIMIT_NPROC is

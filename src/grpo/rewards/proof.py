@@ -128,11 +128,12 @@ def submission_source(preamble: str, statement: str, proof: str) -> str:
 def check_source(preamble: str, statement: str, name: str) -> str:
     """``GrpoCheck.v``: the statement's type, elaborated before the submission is loaded,
     must be the type of the submission's theorem, which must assume nothing."""
+    check = "grpo_reward_check" + ("_" if name == "grpo_reward_check" else "")
     return (
         f"{preamble}\n{statement}\nAdmitted.\nRequire {SUBMISSION}.\n"
-        f"Definition grpo_reward_check : ltac:(let T := type of {name} in exact T)\n"
+        f"Definition {check} : ltac:(let T := type of {name} in exact T)\n"
         f"  := @{SUBMISSION}.{name}.\n"
-        "Print Assumptions grpo_reward_check.\n"
+        f"Print Assumptions {check}.\n"
     )
 
 
