@@ -161,7 +161,7 @@ class EvalConfig:
     path: str = ""  # held-out prompts (same formats as data.train_path); "" = no evaluation
     every: int = 0  # steps between evaluations (0 = only before and after training)
     max_new_tokens: int = 0  # 0 = rollout.max_new_tokens
-    reward: str = ""  # "module:function" scoring ≥ 1 as correct; "" = the first accuracy reward
+    reward: str = ""  # "module:function" scoring ≥ 1 as correct; "" = the accuracy reward
 
 
 @dataclass(frozen=True)
