@@ -19,6 +19,7 @@ import pytest
 
 from grpo.rewards import proof_checker, sandbox_isolation
 from grpo.rewards.proof import (
+    _hidden_from_proofs,
     check_source,
     coq_paths,
     extract_proof,
@@ -196,6 +197,13 @@ def test_cannot_load_or_require_a_proof_from_outside(outside_proof: Path) -> Non
         ["p"], [coq(load)], theorem=[STATEMENT], isolation="seccomp", timeout_s=TIMEOUT
     )
     assert value == 1.0
+
+
+def test_a_proof_sees_only_what_coq_needs_of_the_file_system() -> None:
+    hidden = _hidden_from_proofs()
+    assert {"/usr", "/etc", "/tmp", "/proc", "/dev"}.isdisjoint(hidden)
+    assert {"/root", "/home"} & set(hidden) and "/var" in hidden
+    assert not any(Path(path).is_symlink() for path in hidden)  # /bin → usr/bin stays
 
 
 @pytest.mark.skipif(not MOUNT_CONFINED, reason="needs the sandbox's mount namespace")

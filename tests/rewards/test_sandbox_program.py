@@ -49,3 +49,9 @@ def test_it_cannot_write_outside_its_directory(tmp_path: Path) -> None:
     result = sh(f"echo x > {target} && echo written; echo x > here && echo kept")
     assert result.stdout == b"kept\n"
     assert not target.exists()
+
+
+@pytest.mark.skipif("mountns" not in sandbox_isolation(), reason="needs a mount namespace")
+def test_more_directories_can_be_hidden() -> None:
+    assert sh("ls -A /usr/share/doc | wc -l").stdout.strip() != b"0"
+    assert sh("ls -A /usr/share/doc | wc -l", hide=["/usr/share/doc"]).stdout.strip() == b"0"

@@ -166,6 +166,8 @@ def _setup_mounts(spec: dict, uid: int | None, new_proc: bool) -> str:
         size = limits["disk_bytes"] if directory == "/tmp" else 1 << 20
         _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
     hidden = [d for d in spec["hide"] if os.path.isdir(d) and d not in writable]
+    # One inside another is hidden with it (and could not be mounted on once it is).
+    hidden = [d for d in hidden if not any(d != h and _inside(d, h) for h in hidden)]
     for directory in hidden:
         _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path, fd in exposed:

@@ -12,6 +12,11 @@ Two runs of ``coqc``, one after the other in a single sandboxed program (the cod
 reward's :class:`~grpo.rewards.sandbox.SandboxLimits`: time, memory, output, no network,
 a private file system):
 
+Besides the code reward's hidden directories, a proof's mount namespace hides every
+top-level directory but ``/usr`` (Coq), ``/etc`` (findlib's configuration) and the
+sandbox's own ``/proc``, ``/dev`` and ``/tmp``: ``Load``, ``Add LoadPath``, ``Redirect``
+and ``Extraction`` reach nothing of the machine's data.
+
 1. **The submission**, ``GrpoSubmission.v``: the preamble, the statement exactly as given,
    then the completion's block. Whatever the block does after the statement (``Qed.``
    then new commands, ``Abort``, ``Reset``, modules, ``Set``/``Unset`` of options,
@@ -88,6 +93,21 @@ def coq_paths() -> tuple[str, tuple[str, ...]] | None:
     return os.path.abspath(coqc), tuple(sorted(d for d in directories if d))
 
 
+# What coqc and sh need of the root file system (the rest is hidden from a proof): its
+# installation, its findlib configuration in /etc, and the sandbox's own /proc, /dev, /tmp.
+_KEPT_FOR_COQ = {"usr", "etc", "proc", "dev", "tmp"}
+
+
+def _hidden_from_proofs() -> list[str]:
+    """Every top-level directory but those coqc needs (symbolic links such as /bin →
+    usr/bin are left alone: hiding one would hide its target)."""
+    hidden = []
+    for entry in os.scandir("/"):
+        if entry.name not in _KEPT_FOR_COQ and entry.is_dir(follow_symlinks=False):
+            hidden.append(entry.path)
+    return sorted(hidden)
+
+
 def extract_proof(completion: str) -> str | None:
     """The last ```coq fenced block (``rocq``/``v`` too), else the last untagged one."""
     blocks = _FENCE.findall(completion)
@@ -160,6 +180,7 @@ def check_proof(
         require=require,
         pass_control=True,
         expose=expose,
+        hide=_hidden_from_proofs(),
     )
     return result.ok and _CLOSED in result.control
 

@@ -194,6 +194,7 @@ def run_program(
     pass_control: bool = False,
     secret: bytes | None = None,
     expose: Sequence[str] = (),
+    hide: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``command`` (its first item an absolute path or a name on the sandbox's PATH) in a
     sandbox whose working directory holds ``files`` (Linux only). Raises
@@ -205,7 +206,8 @@ def run_program(
     ``pass_control``: the program gets a write pipe on fd 3 (returned as ``control``) and,
     with ``secret``, a read pipe on fd 4 carrying those bytes. ``expose``: directories the
     program needs that the mount namespace would hide (they stay read-only); the program's
-    own directory is always exposed.
+    own directory is always exposed. ``hide``: more directories to hide (mount namespace
+    only), besides home directories and the trainer's working directory.
     """
     program = shutil.which(command[0], path=_ENV["PATH"]) if command else None
     if program is None:
@@ -225,7 +227,7 @@ def run_program(
         "env": _ENV,
         "limits": limits.for_launcher(),
         "expose": sorted({*own_dirs, *expose}),
-        "hide": _hidden_paths(),
+        "hide": [*_hidden_paths(), *hide],
         "uid": uid,
         "isolation": isolation,
         "require": list(require),
