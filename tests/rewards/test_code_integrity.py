@@ -198,6 +198,42 @@ def test_the_expected_values_never_reach_the_solutions_process() -> None:
     assert not verdict(plans[0], [{"v": {"i": "0"}}])
 
 
+# --- defence in depth where the host cannot decide: strict helpers next to the solution --
+
+ANYTHING = """
+    class Anything:
+        def __eq__(self, other): return True
+        def __ne__(self, other): return False
+        def __bool__(self): return True
+        __hash__ = object.__hash__
+    def add(a, b):
+        return Anything()
+"""
+HUMANEVAL_STYLE = """
+def check(candidate):
+    assert candidate(1, 2) == 3
+    assert candidate(2, 2) != 5
+    assert candidate(0, 0) in [0]
+    assert candidate(2, 3)
+
+
+check(add)
+"""
+
+
+def test_test_code_run_whole_and_comparisons_inside_probes_are_strict_too() -> None:
+    assert (
+        "_grpo_truth(_grpo_eq(candidate(1, 2), 3))"
+        in plan_test(HUMANEVAL_STYLE).for_harness()["source"]
+    )
+    assert plan_test("assert all(add(i, 0) == i for i in range(3))").probes == (
+        "[_grpo_eq(add(i, 0), i) for i in range(3)]",
+    )
+    tests = [HUMANEVAL_STYLE, "assert all(add(i, 0) == i for i in range(3))"]
+    assert score("def add(a, b):\n    return a + b", tests) == 1.0
+    assert score(ANYTHING, tests) == 0.0
+
+
 # --- the limit: test code that is not one assert runs whole, next to the solution ------
 
 

@@ -62,6 +62,57 @@ def _encode(value, depth=0):
     raise TypeError(f"not plain data: {kind.__name__}")
 
 
+def _canonical(encoded):
+    """The encoding with set items and dict pairs in a fixed order."""
+    if not isinstance(encoded, dict):
+        return encoded
+    [(tag, payload)] = encoded.items()
+    if tag in ("l", "t"):
+        return {tag: [_canonical(item) for item in payload]}
+    if tag in ("S", "F"):
+        return {tag: sorted((_canonical(item) for item in payload), key=json.dumps)}
+    if tag == "d":
+        pairs = [[_canonical(k), _canonical(v)] for k, v in payload]
+        return {tag: sorted(pairs, key=json.dumps)}
+    return encoded
+
+
+def _strict_equal(a, b):
+    """Type-strict equality of plain data; anything else is unequal to everything."""
+    try:
+        return json.dumps(_canonical(_encode(a))) == json.dumps(_canonical(_encode(b)))
+    except Exception:
+        return False
+
+
+def _strict_in(item, container):
+    try:
+        _encode(container)
+    except Exception:
+        return False
+    if type(container) in (str, bytes):
+        return type(item) is type(container) and item in container
+    return any(_strict_equal(item, element) for element in container)
+
+
+def _truth(value):
+    try:
+        _encode(value)
+    except Exception:
+        return False
+    return bool(value)
+
+
+# What the host's rewriting of tests calls (see code_checks.strict_source).
+_HELPERS = {
+    "_grpo_eq": _strict_equal,
+    "_grpo_ne": lambda a, b: not _strict_equal(a, b),
+    "_grpo_in": lambda a, b: _strict_in(a, b),
+    "_grpo_not_in": lambda a, b: not _strict_in(a, b),
+    "_grpo_truth": _truth,
+}
+
+
 def _run_test(test, index, namespace):
     if test["kind"] == "code":
         try:
@@ -80,7 +131,7 @@ def _run_test(test, index, namespace):
 
 def main():
     plan = json.loads(_read_all(4))
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    namespace = {"__name__": "solution", "__builtins__": __builtins__, **_HELPERS}
     with open("solution.py") as handle:
         source = handle.read()
     try:

@@ -39,12 +39,15 @@ any of these forms (a JSON string of any of them is decoded first):
 
 **Not guaranteed:** test code that is not one ``assert`` (setup lines, several
 statements, a ``check()`` function) runs whole next to the solution and passes when the
-harness there reports that it raised nothing, which a hostile solution can forge; a
-comparison made *inside* a probe (in a comprehension or lambda that calls the solution,
-``all(f(x) == y for ...)``) runs in the solution's process, so it is neither type-strict
-nor tamper-proof; expected values the solution could read elsewhere (in the prompt) can be
-hard-coded. The test's own computation runs in the trainer's process with a few pure
-builtins and ``math``: tests are trusted configuration, like the reward function itself.
+harness there reports that it raised nothing; a comparison made *inside* a probe (in a
+comprehension or lambda that calls the solution, ``all(f(x) == y for ...)``) runs in the
+solution's process too. In both, ``==``, ``!=``, ``in``, ``not in`` and ``assert`` are
+rewritten to the harness's type-strict helpers, so an object that merely claims equality
+fails there as well; but a solution that deliberately tampers with the harness (replaces
+those helpers, writes the result pipe) can pass them. Expected values the solution could
+read elsewhere (in the prompt) can be hard-coded. The test's own computation runs in the
+trainer's process with a few pure builtins and ``math``: tests are trusted configuration,
+like the reward function itself.
 
 The score is the fraction of tests passed (``mode="fraction"``) or 1.0 only when all pass
 (``mode="binary"``). Completions run in parallel, ``workers`` at a time (default: one per

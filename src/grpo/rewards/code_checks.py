@@ -45,7 +45,7 @@ class TestPlan:
 
     def for_harness(self) -> dict[str, Any]:
         if self.verdict is None:
-            return {"kind": "code", "source": self.source}
+            return {"kind": "code", "source": strict_source(self.source)}
         return {"kind": "probes", "probes": list(self.probes)}
 
 
@@ -122,7 +122,8 @@ class _Splitter:
     def _probe(self, node: ast.expr) -> ast.Name:
         if isinstance(node, ast.GeneratorExp):  # a generator cannot travel: its items can
             node = ast.ListComp(elt=node.elt, generators=node.generators)
-        self.probes.append(ast.unparse(node))
+        node = _StrictComparisons().visit(node)  # compared in the solution's process
+        self.probes.append(ast.unparse(ast.fix_missing_locations(node)))
         return ast.Name(id=f"{_PROBE}{len(self.probes) - 1}", ctx=ast.Load())
 
 
@@ -148,6 +149,25 @@ class _StrictComparisons(ast.NodeTransformer):
             else:
                 pairs.append(ast.Call(ast.Name(name, ast.Load()), [left, right], []))
         return pairs[0] if len(pairs) == 1 else ast.BoolOp(op=ast.And(), values=pairs)
+
+
+class _StrictAsserts(_StrictComparisons):
+    """Also ``assert x`` → ``assert _grpo_truth(x)``: only plain data can be true."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        self.generic_visit(node)
+        node.test = ast.Call(ast.Name("_grpo_truth", ast.Load()), [node.test], [])
+        return node
+
+
+def strict_source(source: str) -> str:
+    """Test code to run whole, with its comparisons and asserts made type-strict by the
+    harness's helpers (which the solution, sharing the namespace, could replace)."""
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        return source  # fails as it is
+    return ast.unparse(ast.fix_missing_locations(_StrictAsserts().visit(module)))
 
 
 def plan_test(source: str) -> TestPlan:
