@@ -16,7 +16,7 @@ import pytest
 
 from grpo.rewards import code_reward, run_python
 from grpo.rewards.code import _HARNESS
-from grpo.rewards.code_checks import decode, plan_test, strict_equal, verdict
+from grpo.rewards.code_checks import decode, defined_names, plan_test, strict_equal, verdict
 
 if sys.platform != "linux":
     pytest.skip("the sandbox is Linux-only", allow_module_level=True)
@@ -44,6 +44,18 @@ def test_tests_are_split_into_probes_and_a_host_verdict() -> None:
         "_grpo_eq(_grpo_probe_0, _grpo_probe_1) and _grpo_ne(_grpo_probe_1, 3)"
     )
     assert plan_test("x = add(1, 2)\nassert x == 3").verdict is None  # runs whole
+
+
+def test_a_test_using_a_builtin_the_solution_redefines_fails_closed() -> None:
+    code = "import math\nfrom os import sep\nimport numpy as np\ndef max(xs):\n    pass\nN = 3"
+    assert defined_names(code) == {"sep", "np", "max", "N"}
+    assert plan_test("assert max([1, 2]) == 2").probes == ()  # Python's max: decided here
+    shadowing = "def abs(x):\n    return 0\ndef area(r):\n    return 0.0"
+    assert score(shadowing, ["assert abs(area(2) - 12.566) < 1e-3"]) == 0.0
+    own_max = "def max(xs):\n    return sorted(xs)[-1]"
+    assert (
+        score(own_max, ["assert max([2, 1]) == 2", "assert sorted(max([[1], [2]])) == [2]"]) == 0.0
+    )
 
 
 def test_strict_equality_by_hand() -> None:

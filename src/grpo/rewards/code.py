@@ -35,7 +35,8 @@ any of these forms (a JSON string of any of them is decoded first):
    harness through its frames can only change the values reported, and a value passes
    only if it is the right one. The parts of the test that do not name the solution (the
    expected values, and what the test computes from them) never enter the solution's
-   process, so it cannot read them there.
+   process, so it cannot read them there. The builtins and ``math`` a test uses are
+   Python's own; a test that uses one the solution redefines (its own ``abs``) fails.
 
 **Not guaranteed:** test code that is not one ``assert`` (setup lines, several
 statements, a ``check()`` function) runs whole next to the solution and passes when the
@@ -66,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from grpo.rewards.code_checks import TestPlan, plan_test, verdict
+from grpo.rewards.code_checks import TestPlan, defined_names, plan_test, verdict
 from grpo.rewards.sandbox import Isolation, SandboxLimits, run_python
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -141,7 +142,7 @@ def run_tests(
     """(tests passed, tests in the suite) for one program."""
     total = len(suite.cases)
     if suite.kind == "assert":
-        plans = [plan_test(case) for case in suite.cases]
+        plans = [plan_test(case, defined_names(code)) for case in suite.cases]
         result = run_python(
             {"solution.py": code, "harness.py": _HARNESS},
             ["harness.py"],

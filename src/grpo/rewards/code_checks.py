@@ -61,31 +61,54 @@ def _loads(name: ast.Name) -> bool:
     return isinstance(name.ctx, ast.Load)
 
 
-def _names_the_solution(node: ast.AST) -> bool:
+def _names_the_solution(node: ast.AST, trusted: frozenset[str]) -> bool:
     """Whether ``node`` uses a free name that is not trusted (the solution's, presumably)."""
     free = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and _loads(n)}
-    return bool(free - _bound_names(node) - TRUSTED_NAMES)
+    return bool(free - _bound_names(node) - trusted)
 
 
-def _trusted_callee(func: ast.expr) -> bool:
+def _trusted_callee(func: ast.expr, trusted: frozenset[str]) -> bool:
     if isinstance(func, ast.Name):
-        return func.id in _BUILTINS
+        return func.id in trusted and func.id != "math"
     return (
         isinstance(func, ast.Attribute)
         and isinstance(func.value, ast.Name)
         and func.value.id == "math"
+        and "math" in trusted
         and not func.attr.startswith("_")
     )
+
+
+def defined_names(code: str) -> frozenset[str]:
+    """Names the solution's code defines or imports at its top level (``import math``
+    is the real ``math`` and does not count)."""
+    try:
+        module = ast.parse(code)
+    except SyntaxError:
+        return frozenset()
+    names = set()
+    for statement in module.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(statement.name)
+        elif isinstance(statement, ast.Import):  # "import math" is the real math
+            names |= {a.asname for a in statement.names if a.asname not in (None, a.name)}
+        elif isinstance(statement, ast.ImportFrom):
+            names |= {a.asname or a.name for a in statement.names}
+        else:
+            stored = (n for n in ast.walk(statement) if isinstance(n, ast.Name))
+            names |= {n.id for n in stored if not _loads(n)}
+    return frozenset(names)
 
 
 class _Splitter:
     """Replaces the probes of an expression by placeholder names, collecting their sources."""
 
-    def __init__(self) -> None:
+    def __init__(self, trusted: frozenset[str]) -> None:
         self.probes: list[str] = []
+        self.trusted = trusted
 
     def split(self, node: ast.expr) -> ast.expr:
-        if not _names_the_solution(node):
+        if not _names_the_solution(node, self.trusted):
             return node
         if isinstance(node, ast.Compare):
             node.left = self.split(node.left)
@@ -109,11 +132,10 @@ class _Splitter:
             return self._probe(node)
         return node
 
-    @staticmethod
-    def _splittable_call(node: ast.expr) -> bool:
+    def _splittable_call(self, node: ast.expr) -> bool:
         return (
             isinstance(node, ast.Call)
-            and _trusted_callee(node.func)
+            and _trusted_callee(node.func, self.trusted)
             and not any(isinstance(a, (ast.Starred, ast.Lambda)) for a in node.args)
             and all(k.arg is not None for k in node.keywords)
             and not any(isinstance(k.value, ast.Lambda) for k in node.keywords)
@@ -170,17 +192,25 @@ def strict_source(source: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_StrictAsserts().visit(module)))
 
 
-def plan_test(source: str) -> TestPlan:
+def plan_test(source: str, solution_names: frozenset[str] = frozenset()) -> TestPlan:
     """Split one test (see the module docstring); test code that is not a single
-    ``assert`` gets a plan without a verdict: it runs whole, next to the solution."""
+    ``assert`` gets a plan without a verdict: it runs whole, next to the solution.
+    A test that uses a builtin (or ``math``) which the solution redefines
+    (``solution_names``, from :func:`defined_names`) fails without running: which one it
+    means cannot be decided safely (the solution's ``abs`` could be handed the expected
+    value; Python's ``max`` would pass a solution that never wrote its own)."""
     try:
         module = ast.parse(source)
     except SyntaxError:
         return TestPlan(source)
     if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
         return TestPlan(source)
-    splitter = _Splitter()
-    body = _StrictComparisons().visit(splitter.split(module.body[0].test))
+    test = module.body[0].test
+    used = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    if used & TRUSTED_NAMES & solution_names:
+        return TestPlan(source, (), ast.Expression(body=ast.Constant(False)))
+    splitter = _Splitter(TRUSTED_NAMES)
+    body = _StrictComparisons().visit(splitter.split(test))
     verdict = ast.fix_missing_locations(ast.Expression(body=body))
     return TestPlan(source, tuple(splitter.probes), verdict)
 
