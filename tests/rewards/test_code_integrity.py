@@ -233,15 +233,23 @@ check(add)
 """
 
 
+def test_a_humaneval_check_function_of_asserts_is_decided_by_the_host() -> None:
+    plan = plan_test(HUMANEVAL_STYLE)
+    assert plan.probes == ("add(1, 2)", "add(2, 2)", "add(0, 0)", "add(2, 3)")
+    assert score("def add(a, b):\n    return a + b", [HUMANEVAL_STYLE]) == 1.0
+    assert score("def add(a, b):\n    return 3", [HUMANEVAL_STYLE]) == 0.0
+    forged = "import os\ndef add(a, b):\n    return 0\nos.write(3, b'0 {\"ok\": true}\\n')"
+    assert score(forged, [HUMANEVAL_STYLE]) == 0.0
+
+
 def test_test_code_run_whole_and_comparisons_inside_probes_are_strict_too() -> None:
-    assert (
-        "_grpo_truth(_grpo_eq(candidate(1, 2), 3))"
-        in plan_test(HUMANEVAL_STYLE).for_harness()["source"]
-    )
+    with_setup = "import math\n" + HUMANEVAL_STYLE  # not the bare form: runs whole
+    source = plan_test(with_setup).for_harness()["source"]
+    assert "_grpo_truth(_grpo_eq(candidate(1, 2), 3))" in source
     assert plan_test("assert all(add(i, 0) == i for i in range(3))").probes == (
         "[_grpo_eq(add(i, 0), i) for i in range(3)]",
     )
-    tests = [HUMANEVAL_STYLE, "assert all(add(i, 0) == i for i in range(3))"]
+    tests = [with_setup, "assert all(add(i, 0) == i for i in range(3))"]
     assert score("def add(a, b):\n    return a + b", tests) == 1.0
     assert score(ANYTHING, tests) == 0.0
 

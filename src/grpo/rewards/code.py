@@ -15,8 +15,10 @@ any of these forms (a JSON string of any of them is decoded first):
   ``main()`` guarded by ``if __name__ == "__main__"`` does not run), then the tests in
   order, in its namespace, and graded as below.
 
-**What is guaranteed for a test that is a single ``assert <expression>``** (split by
-:func:`~grpo.rewards.code_checks.plan_test`):
+**What is guaranteed for a test that is a single ``assert <expression>``**, or
+HumanEval's ``def check(candidate):`` made only of asserts then ``check(entry_point)``
+(taken as one assert of their conjunction), split by
+:func:`~grpo.rewards.code_checks.plan_test`:
 
 1. *Equality is type-strict.* Only the sub-expressions that name the solution's
    functions or variables (the *probes*, e.g. ``add(1, 2)``) are evaluated next to the
@@ -38,8 +40,8 @@ any of these forms (a JSON string of any of them is decoded first):
    process, so it cannot read them there. The builtins and ``math`` a test uses are
    Python's own; a test that uses one the solution redefines (its own ``abs``) fails.
 
-**Not guaranteed:** test code that is not one ``assert`` (setup lines, several
-statements, a ``check()`` function) runs whole next to the solution and passes when the
+**Not guaranteed:** other test code (setup lines, several statements, a ``check()``
+function with more than asserts) runs whole next to the solution and passes when the
 harness there reports that it raised nothing; a comparison made *inside* a probe (in a
 comprehension or lambda that calls the solution, ``all(f(x) == y for ...)``) runs in the
 solution's process too. In both, ``==``, ``!=``, ``in``, ``not in`` and ``assert`` are

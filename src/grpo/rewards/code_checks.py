@@ -192,9 +192,41 @@ def strict_source(source: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_StrictAsserts().visit(module)))
 
 
+def _check_function_as_one_assert(module: ast.Module) -> ast.Assert | None:
+    """HumanEval's form, ``def check(candidate): assert ...`` (asserts only, after an
+    optional docstring) then ``check(entry_point)``, as one ``assert`` of their
+    conjunction with ``candidate`` replaced by the entry point; None for anything else."""
+    if len(module.body) != 2:
+        return None
+    definition, call = module.body
+    if not (
+        isinstance(definition, ast.FunctionDef)
+        and len(definition.args.args) == 1
+        and isinstance(call, ast.Expr)
+        and isinstance(call.value, ast.Call)
+        and isinstance(call.value.func, ast.Name)
+        and call.value.func.id == definition.name
+        and len(call.value.args) == 1
+        and isinstance(call.value.args[0], ast.Name)
+    ):
+        return None
+    body = definition.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body or not all(isinstance(statement, ast.Assert) for statement in body):
+        return None
+    parameter, entry_point = definition.args.args[0].arg, call.value.args[0].id
+    tests = [statement.test for statement in body]  # type: ignore[attr-defined]
+    for node in (n for test in tests for n in ast.walk(test)):
+        if isinstance(node, ast.Name) and node.id == parameter:
+            node.id = entry_point
+    return ast.Assert(test=ast.BoolOp(op=ast.And(), values=tests) if len(tests) > 1 else tests[0])
+
+
 def plan_test(source: str, solution_names: frozenset[str] = frozenset()) -> TestPlan:
-    """Split one test (see the module docstring); test code that is not a single
-    ``assert`` gets a plan without a verdict: it runs whole, next to the solution.
+    """Split one test (see the module docstring): a single ``assert``, or HumanEval's
+    ``check`` function of asserts only; other test code gets a plan without a verdict: it
+    runs whole, next to the solution.
     A test that uses a builtin (or ``math``) which the solution redefines
     (``solution_names``, from :func:`defined_names`) fails without running: which one it
     means cannot be decided safely (the solution's ``abs`` could be handed the expected
@@ -203,9 +235,12 @@ def plan_test(source: str, solution_names: frozenset[str] = frozenset()) -> Test
         module = ast.parse(source)
     except SyntaxError:
         return TestPlan(source)
-    if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
+    single = _check_function_as_one_assert(module)
+    if single is None and len(module.body) == 1 and isinstance(module.body[0], ast.Assert):
+        single = module.body[0]
+    if single is None:
         return TestPlan(source)
-    test = module.body[0].test
+    test = single.test
     used = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
     if used & TRUSTED_NAMES & solution_names:
         return TestPlan(source, (), ast.Expression(body=ast.Constant(False)))
