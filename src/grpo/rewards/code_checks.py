@@ -10,9 +10,11 @@ plain data, are rebuilt here as fresh Python objects, and the verdict is evaluat
 Equality in the verdict is type-strict (:func:`strict_equal`): ``==``, ``!=``, ``in`` and
 ``not in`` hold only between values of exactly the same type at every level.
 
-Test code that is not a single ``assert`` (setup lines, several statements) cannot be
-split: it runs next to the solution, and "passed" there means "raised nothing", as the
-solution's process reports it.
+HumanEval's ``def check(candidate):`` of asserts only, then ``check(entry_point)``, is
+split as the one assert of their conjunction. Other test code (setup lines, several
+statements) cannot be split: it runs next to the solution, with its comparisons and
+asserts rewritten to the harness's type-strict helpers (:func:`strict_source`), and
+"passed" there means "raised nothing", as the solution's process reports it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class TestPlan:
     """One test: ``probes`` (expression sources) and the ``verdict`` over their values;
     or, for test code that cannot be split (``verdict`` None), ``source`` to execute."""
 
+    __test__ = False  # not a pytest class, whatever its name
     source: str
     probes: tuple[str, ...] = ()
     verdict: ast.Expression | None = None
