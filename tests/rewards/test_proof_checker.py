@@ -75,6 +75,9 @@ def test_the_statement_is_emitted_once_and_the_check_elaborates_it_first() -> No
 def test_a_correct_proof_scores_one_also_when_it_restates_the_theorem() -> None:
     assert score(GOOD)[0] == 1.0
     assert score(f"{STATEMENT}\n{GOOD}")[0] == 1.0
+    # A restatement in other words is dropped too: the file states the row's theorem.
+    assert score(f"Lemma add_0_r (n : nat) : Nat.add n 0 = n.\n{GOOD}")[0] == 1.0
+    assert score("Lemma add_0_r : True.\nProof. exact I. Qed.")[0] == 0.0
 
 
 def test_reference_proofs_of_part_of_the_embedded_set_are_accepted() -> None:

@@ -5,7 +5,8 @@ says otherwise), one Coq sentence such as ``Theorem add_0_r : forall n : nat, n 
 n.``, and optionally a preamble (``preamble``: ``Require Import Lia.`` ...). The
 completion's proof is its last fenced block tagged ``coq`` (or ``rocq``, else the last
 untagged block): the proof script, ``Proof. ... Qed.``; a block that starts by restating
-the theorem exactly (up to whitespace) has that statement dropped.
+the theorem (``Theorem``/``Lemma``... with its name) has that sentence dropped, whatever
+it says: the file states the row's theorem.
 
 The reward is 1.0 when the proof proves *that* statement with nothing assumed, else 0.0.
 Two runs of ``coqc``, one after the other in a single sandboxed program (the code
@@ -56,9 +57,9 @@ from grpo.rewards.sandbox import Isolation, SandboxLimits, run_program
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _COQ_TAGS = {"coq", "rocq", "v"}
-_THEOREM = re.compile(
-    r"\s*(?:Theorem|Lemma|Fact|Remark|Corollary|Proposition|Example)\s+([A-Za-z_][\w']*)"
-)
+_KEYWORD = r"\s*(?:Theorem|Lemma|Fact|Remark|Corollary|Proposition|Example)\s+"
+_THEOREM = re.compile(_KEYWORD + r"([A-Za-z_][\w']*)")
+_SENTENCE_END = re.compile(r"\.(?=\s|$)")  # "Nat.add" has a period, not a sentence end
 _CLOSED = b"Closed under the global context"
 SUBMISSION, CHECK = "GrpoSubmission", "GrpoCheck"
 
@@ -129,20 +130,21 @@ def theorem_name(statement: str) -> str:
     return match.group(1)
 
 
-def _without_restatement(proof: str, statement: str) -> str:
-    """The proof script, with a leading copy of the statement (up to whitespace) dropped."""
-    words, script = statement.split(), proof.split()
-    if script[: len(words)] != words:
+def _without_restatement(proof: str, name: str) -> str:
+    """The proof script without a leading restatement of the theorem (``Theorem``,
+    ``Lemma``... with its name, up to the sentence's final period). Dropping it is safe
+    whatever it said: the statement the file holds is the row's."""
+    match = re.match(_KEYWORD + re.escape(name) + r"(?![\w'])", proof)
+    if match is None:
         return proof
-    rest = proof
-    for word in words:  # walk past the statement's words, keeping the rest's layout
-        rest = rest[rest.index(word) + len(word) :]
-    return rest
+    end = _SENTENCE_END.search(proof, match.end())
+    return proof if end is None else proof[end.end() :]
 
 
 def submission_source(preamble: str, statement: str, proof: str) -> str:
     """``GrpoSubmission.v``: preamble, the statement as given, the completion's script."""
-    return f"{preamble}\n{statement}\n{_without_restatement(proof, statement)}\n"
+    script = _without_restatement(proof, theorem_name(statement))
+    return f"{preamble}\n{statement}\n{script}\n"
 
 
 def check_source(preamble: str, statement: str, name: str) -> str:
