@@ -150,9 +150,20 @@ def test_adversarial_proof_scores_zero_in_time(script: str) -> None:
 
 
 def test_a_tactic_that_loops_is_stopped_at_the_timeout() -> None:
-    value, seconds = score("Ltac loop := idtac; loop.\nProof. loop. Qed.")
+    # A loop in constant memory: only the wall-clock timeout can stop it.
+    loop = "let x := eval vm_compute in (Z.iter 2000000000 Z.succ 0%Z) in idtac"
+    proof = GOOD.replace("Proof.", f"Proof. {loop}.")  # correct, were it not for the loop
+    value, seconds = score(proof, preamble="Require Import ZArith.")
     assert value == 0.0
     assert TIMEOUT <= seconds < TIMEOUT + MARGIN
+
+
+def test_a_recursive_tactic_is_stopped_by_the_timeout_or_the_memory_limit() -> None:
+    # Each call grows Coq's stack (~200 MB/s): a fast machine reaches the address-space
+    # limit before the timeout, a slow one the timeout first. Either way: 0, in time.
+    value, seconds = score("Ltac loop := idtac; loop.\nProof. loop. Qed.")
+    assert value == 0.0
+    assert seconds < TIMEOUT + MARGIN
 
 
 def test_a_theorem_proved_alone_is_accepted_with_a_later_unused_axiom() -> None:
