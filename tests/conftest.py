@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# One torch thread, here and in every `grpo` subprocess the tests start (they inherit the
+# environment): the tiny models gain nothing from more, and on a busy machine 2 threads on
+# 2 cores ran a training step 12.7× slower than 1 (benchmarks/threads.py), which pushed the
+# end-to-end tests past their timeouts.
+os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

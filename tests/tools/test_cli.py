@@ -57,9 +57,10 @@ def test_train_then_plot(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # above the subprocess's own, so that one reports first
 def test_demo_quick_runs_end_to_end(tmp_path) -> None:
     # A hang guard, not a speed check: a loaded 2-core machine takes minutes.
-    result = _grpo("demo", "--quick", "--work-dir", str(tmp_path / "demo"), timeout=1200)
+    result = _grpo("demo", "--quick", "--work-dir", str(tmp_path / "demo"), timeout=1100)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "held-out greedy accuracy" in result.stdout
     assert (tmp_path / "demo" / "run" / "final" / "model.safetensors").exists()

@@ -248,6 +248,7 @@ def test_resume_past_train_steps_and_a_fresh_start_over_checkpoints_are_errors(r
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # above the script's own 900 s, so that one reports first
 def test_kill_test_survives_sigkills_mid_step_and_mid_write(tmp_path) -> None:
     """benchmarks/kill_test.py, shortened: 3 SIGKILLs (one random, two inside checkpoint
     writes), each resumed; the final weights and metrics equal an uninterrupted run's."""

@@ -10,6 +10,7 @@ MARGIN = 0.08  # mean reward of the last 50 steps minus the first 50; measured â
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 300 GRPO steps of the demo: minutes, more on a busy machine
 def test_reward_rises_on_the_embedded_task(tmp_path) -> None:
     from grpo.demo.run import run_demo
 

@@ -172,6 +172,8 @@ class TrainConfig:
     prompts_per_step: int = 16  # prompts per step (× rollout.group_size = sequences per step)
     sequences_per_micro_batch: int = 8  # gradient accumulation; the gradient is the same
     seed: int = 0  # seeds sampling, shuffling and initialisation
+    # torch CPU threads (grpo train/demo); 0 = $OMP_NUM_THREADS, else usable CPUs − busy ones
+    threads: int = 0
     run_dir: str = "runs/grpo"  # metrics, checkpoints and the final model go here
     save_every: int = 0  # 0 = only the final save
     keep_checkpoints: int = 2  # the newest K of RUN_DIR/checkpoints/step-* are kept

@@ -134,6 +134,7 @@ _TABLE = """
     train.prompts_per_step ≥ 1
     train.sequences_per_micro_batch ≥ 1
     train.log_every ≥ 1
+    train.threads ≥ 0
     train.save_every ≥ 0
     train.keep_checkpoints ≥ 1
     train.max_consecutive_skips ≥ 1

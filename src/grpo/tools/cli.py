@@ -8,6 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from grpo.models.threads import apply_threads
+
 
 def _quiet_transformers() -> None:
     import transformers
@@ -27,6 +29,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     quiet = ["--train.quiet=true"] if args.quiet else []
     config = load_config(args.config, overrides + quiet)
     _quiet_transformers()
+    print(apply_threads(config.train.threads), flush=True)
     result = train(config)
     if result.stopped_by is not None:  # a SIGTERM/SIGINT: checkpointed, exit 0
         kept = [o for o in overrides if "train.resume" not in o]
@@ -36,9 +39,15 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
+    from grpo.config.sections import TrainConfig
     from grpo.demo.run import run_demo
 
     _quiet_transformers()
+    # The warm start runs before the demo's config exists: the thread count is set first,
+    # from a --train.threads=N override when given (a malformed one fails at load_config).
+    threads = [o.split("=", 1)[1] for o in overrides if o.lstrip("-").startswith("train.threads=")]
+    explicit = int(threads[-1]) if threads and threads[-1].isdigit() else TrainConfig.threads
+    print(apply_threads(explicit), flush=True)
     quiet = ["train.quiet=true"] if args.quiet else []
     run_demo(Path(args.work_dir), overrides=overrides + quiet, quick=args.quick)
     return 0
