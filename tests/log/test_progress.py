@@ -66,6 +66,14 @@ def test_off_mode_prints_nothing() -> None:
 )  # fmt: skip
 def test_mode_follows_the_config(progress, quiet, enabled, mode) -> None:
     train = TrainConfig(steps=3, progress=progress, quiet=quiet)
-    shown = step_progress(train, 0, enabled=enabled)
+    shown = step_progress(train, 0, enabled=enabled, terminal=True)
+    shown.close()
+    assert shown.mode == mode
+
+
+@pytest.mark.parametrize(("progress", "mode"), [(True, "quiet"), (False, "off")])
+def test_off_a_terminal_the_bar_becomes_plain_lines(progress, mode) -> None:
+    # Redirected to a file, a bar's carriage-return updates would fill one huge line.
+    shown = step_progress(TrainConfig(steps=3, progress=progress), 0, enabled=True, terminal=False)
     shown.close()
     assert shown.mode == mode

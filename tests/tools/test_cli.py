@@ -63,6 +63,8 @@ def test_demo_quick_runs_end_to_end(tmp_path) -> None:
     result = _grpo("demo", "--quick", "--work-dir", str(tmp_path / "demo"), timeout=1100)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "held-out greedy accuracy" in result.stdout
+    # Captured, stdout is not a terminal: plain lines, no carriage-return progress updates.
+    assert "\r" not in result.stdout + result.stderr
     assert (tmp_path / "demo" / "run" / "final" / "model.safetensors").exists()
 
 

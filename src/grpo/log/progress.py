@@ -3,8 +3,9 @@
 * ``bar`` (default): a tqdm bar with the step, elapsed time, ETA and seconds per step,
   the step's reward, accuracy and KL after it, and a full metrics line every
   ``train.log_every`` steps above it.
-* ``quiet`` (``train.quiet`` / ``grpo train --quiet``): no bar and no carriage returns;
-  one plain line every ``train.log_every`` steps with the same numbers and the ETA.
+* ``quiet`` (``train.quiet`` / ``grpo train --quiet``, and whenever stdout or stderr is not
+  a terminal, e.g. redirected to a log file): no bar and no carriage returns; one plain line
+  every ``train.log_every`` steps with the same numbers and the ETA.
 * ``off`` (``train.progress = false``, or a process other than rank 0): nothing.
 """
 
@@ -95,10 +96,24 @@ class StepProgress:
             self._bar.close()
 
 
-def step_progress(train: TrainConfig, start_step: int, *, enabled: bool) -> StepProgress:
-    """The run's progress display: ``enabled`` is false off rank 0 or when not verbose."""
+def on_terminal() -> bool:
+    """Whether a bar can redraw in place: stdout and stderr both terminals, or a notebook
+    (its bar is a widget). Redirected, a bar's carriage-return updates pile up into one
+    line of many kilobytes in the log, so plain lines are printed instead."""
+    if "ipykernel" in sys.modules:
+        return True
+    return all(stream is not None and stream.isatty() for stream in (sys.stdout, sys.stderr))
+
+
+def step_progress(
+    train: TrainConfig, start_step: int, *, enabled: bool, terminal: bool | None = None
+) -> StepProgress:
+    """The run's progress display: ``enabled`` is false off rank 0 or when not verbose;
+    ``terminal`` (default: :func:`on_terminal`) false turns the bar into plain lines."""
     mode: ProgressMode = "off" if not (enabled and train.progress) else "bar"
-    if mode == "bar" and train.quiet:
+    if terminal is None:
+        terminal = on_terminal()
+    if mode == "bar" and (train.quiet or not terminal):
         mode = "quiet"
     return StepProgress(
         mode, total_steps=train.steps, start_step=start_step, log_every=train.log_every

@@ -195,7 +195,9 @@ def _add_train_parser(commands: Commands) -> None:
         help="continue from RUN_DIR/checkpoints/latest (train.resume = true)",
     )
     train.add_argument(
-        "--quiet", action="store_true", help="no progress bar: plain lines (log files, CI)"
+        "--quiet",
+        action="store_true",
+        help="no progress bar: plain lines (the default when output is not a terminal)",
     )
     train.set_defaults(handler=cmd_train)
 
