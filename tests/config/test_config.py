@@ -31,7 +31,23 @@ def test_unknown_key_in_a_file_names_it(tmp_path) -> None:
         '[[rewards]]\nfunction = "grpo.rewards:numeric_answer"\n[train]\nsave_evry = 5\n'
     )
     message = _error(toml=toml, tmp_path=tmp_path)
-    assert message.startswith("unknown config key 'train.save_evry' (known: ")
+    assert message.startswith(
+        "unknown config key 'train.save_evry'; did you mean 'train.save_every'? (known: "
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "start"),
+    [
+        ("train.stpes=3", "unknown config key 'train.stpes'; did you mean 'train.steps'?"),
+        ("rollout.grup_size=4", "unknown config key 'rollout.grup_size'; did you mean "
+         "'rollout.group_size'?"),
+        ("optimm.lr=1e-3", "unknown config key 'optimm'; did you mean 'optim'?"),
+        ("train.zzz=1", "unknown config key 'train.zzz' (known: "),  # nothing close: no guess
+    ],
+)  # fmt: skip
+def test_an_unknown_key_or_section_suggests_the_closest_known_one(override, start) -> None:
+    assert _error(override).startswith(start)
 
 
 @pytest.mark.parametrize(

@@ -111,3 +111,19 @@ def test_eval_names_a_missing_dataset(tmp_path, tiny_model_dir, capsys) -> None:
     assert "grpo eval: error: dataset not found" in capsys.readouterr().err
     assert main(["eval", str(tiny_model_dir)]) == 2
     assert "grpo eval needs a dataset: --data FILE" in capsys.readouterr().err
+
+
+def test_train_help_names_the_overrides_and_the_reference_and_eval_help_the_defaults(
+    capsys,
+) -> None:
+    from grpo.tools.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse rewraps the text
+    assert "--section.key=value" in shown and "`grpo docs`" in shown
+    assert "configuration reference" in shown
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "(default: 1,4,8)" in shown and "(default: 0)" in shown

@@ -6,6 +6,7 @@ An unknown key or a value of the wrong type is a :class:`ConfigError` naming the
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import tomllib
 import types
 import typing
@@ -65,12 +66,21 @@ def _build(cls: type, data: Any, where: str) -> Any:
     unknown = sorted(set(data) - names)
     if unknown:
         key = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise ConfigError(f"unknown config key {key!r} (known: {', '.join(sorted(names))})")
+        hint = _did_you_mean(unknown[0], names, where)
+        raise ConfigError(f"unknown config key {key!r}{hint} (known: {', '.join(sorted(names))})")
     values = {}
     for name, raw in data.items():
         key = f"{where}.{name}" if where else name
         values[name] = _coerce(hints[name], raw, key)
     return cls(**values)
+
+
+def _did_you_mean(name: str, known: set[str], where: str) -> str:
+    """``"; did you mean 'train.steps'?"`` for the closest known key (a typo), else ``""``."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f"; did you mean {(f'{where}.' if where else '') + close[0]!r}?"
 
 
 def _coerce(hint: Any, value: Any, key: str) -> Any:

@@ -186,7 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_train_parser(commands: Commands) -> None:
     train = commands.add_parser(
-        "train", help="train from a TOML config; override keys with --section.key=value"
+        "train",
+        help="train from a TOML config; override keys with --section.key=value",
+        description="Train from a TOML config. Any config key can be overridden on the "
+        "command line as --section.key=value (a TOML value; a bare word is a string), "
+        "e.g. --train.steps=200 --optim.lr=1e-5 --rollout.group_size=8.",
+        epilog="Every key, its type, default and meaning: `grpo docs`, or the README's "
+        "configuration reference.",
     )
     train.add_argument("config", help="path to the TOML config")
     train.add_argument(
@@ -218,6 +224,8 @@ def _add_eval_parser(commands: Commands) -> None:
     evaluate = commands.add_parser(
         "eval",
         help="pass@1 (greedy), pass@k (sampled) and mean rewards of a model on a prompt set",
+        description="pass@1 (greedy), pass@k (sampled) and mean rewards of a model on a "
+        "prompt set. --section.key=value overrides apply as in `grpo train` (see `grpo docs`).",
     )
     evaluate.add_argument("model", help="local model directory")
     evaluate.add_argument("data", nargs="?", help="the prompt set (or --data)")
@@ -233,12 +241,31 @@ def _add_eval_parser(commands: Commands) -> None:
         "grpo.rewards:numeric_answer)",
     )
     evaluate.add_argument(
-        "--samples", type=int, default=0, help="n sampled completions per prompt for pass@k"
+        "--samples",
+        type=int,
+        default=0,
+        help="n sampled completions per prompt for pass@k "
+        "(default: %(default)s = greedy pass@1 only)",
     )
-    evaluate.add_argument("--k", default="1,4,8", help="the k of pass@k, comma-separated (≤ n)")
-    evaluate.add_argument("--temperature", type=float, default=0.0, help="default: the config's")
-    evaluate.add_argument("--max-new-tokens", type=int, default=0, help="default: the config's")
-    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument(
+        "--k", default="1,4,8", help="the k of pass@k, comma-separated, ≤ n (default: %(default)s)"
+    )
+    evaluate.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="of the sampled completions (default: %(default)s = the config's rollout.temperature)",
+    )
+    evaluate.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=0,
+        help="(default: %(default)s = the config's eval.max_new_tokens, "
+        "else rollout.max_new_tokens)",
+    )
+    evaluate.add_argument(
+        "--seed", type=int, default=0, help="seeds the sampling (default: %(default)s)"
+    )
     evaluate.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     evaluate.set_defaults(handler=cmd_eval)
 
