@@ -9,6 +9,7 @@ mixed outcomes and GRPO has signal.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -114,7 +115,12 @@ def run_demo(
         work_dir, base_dir=base_dir, train_path=train_path, dev_path=dev_path, run_dir=run_dir
     )
     quick_overrides = ["train.steps=6", "eval.every=0", "train.log_every=2"] if quick else []
-    config = load_config(config_path, quick_overrides + list(overrides or []))
+    all_overrides = quick_overrides + list(overrides or [])
+    config = load_config(config_path, all_overrides)
+    # the exact command that reruns this training, overrides and all
+    train_command = shlex.join(
+        ["grpo", "train", str(config_path), *(f"--{o.removeprefix('--')}" for o in all_overrides)]
+    )
     test_set = load_prompt_dataset(test_path, tokenizer)
 
     from transformers import AutoModelForCausalLM
@@ -124,7 +130,7 @@ def run_demo(
     before, before_report = evaluate_by_kind(
         base_model, tokenizer, test_set, max_new_tokens, samples=PASS_AT_SAMPLES
     )
-    say(f"grpo demo: training with `grpo train {config_path}`")
+    say(f"grpo demo: training with `{train_command}`")
     from grpo.training.loop import train
 
     grpo_started = time.perf_counter()
@@ -143,11 +149,7 @@ def run_demo(
         f"\nwarm start {warm['steps']} steps; GRPO {config.train.steps} steps in "
         f"{grpo_seconds:.0f} s; demo total {total_seconds:.0f} s"
     )
-    say(
-        f"run directory: {run_dir} (metrics.jsonl, tensorboard/, final/ loads with from_pretrained)"
-    )
-    say(f"plot again with: grpo plot {run_dir}; plots and samples: grpo report {run_dir}")
-    say(f"evaluate again with: grpo eval {result.final_dir} --data {test_path} --samples 8")
+    _say_next_steps(run_dir, result.final_dir, config_path, test_path, train_command, say)
     return {
         "before": before,
         "after": after,
@@ -191,6 +193,36 @@ def write_demo_config(
         )
     )
     return config_path
+
+
+def _say_next_steps(
+    run_dir: Path,
+    final_dir: Path,
+    config_path: Path,
+    test_path: Path,
+    train_command: str,
+    say: Callable[[str], None],
+) -> None:
+    """What the run left and the commands that use it: only what exists and what works
+    here (tests/tools/test_cli.py follows every path and runs every command)."""
+    import importlib.util
+
+    contents = [
+        name for name in ("metrics.jsonl", "completions.jsonl") if (run_dir / name).exists()
+    ]
+    if (run_dir / "tensorboard").is_dir():
+        contents.append("tensorboard/ (tensorboard --logdir)")
+    contents.append("final/ (loads with from_pretrained)")
+    say(f"run directory: {run_dir}: {', '.join(contents)}")
+    say("next:")
+    say(f"  grpo plot {shlex.quote(str(run_dir))}   # the reward curve again")
+    if importlib.util.find_spec("matplotlib") is not None:
+        say(f"  grpo report {shlex.quote(str(run_dir))}   # PNG plots and sample completions")
+    else:
+        say("  (plots and sample completions with grpo report: pip install 'grpo[plot]' first)")
+    evaluate = ["grpo", "eval", str(final_dir), "--data", str(test_path)]
+    say(f"  {shlex.join([*evaluate, '--config', str(config_path), '--samples', '8'])}")
+    say(f"  {train_command}   # this training again (overwrites the run)")
 
 
 def _say_reward_curve(history: list[dict], say: Callable[[str], None]) -> None:
