@@ -1,6 +1,8 @@
 import json
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,15 +59,33 @@ def test_train_then_plot(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # above the subprocess's own, so that one reports first
-def test_demo_quick_runs_end_to_end(tmp_path) -> None:
+@pytest.mark.timeout(1200)  # above the subprocesses' own, so that one reports first
+def test_demo_quick_runs_end_to_end_and_every_path_and_command_it_prints_works(tmp_path) -> None:
     # A hang guard, not a speed check: a loaded 2-core machine takes minutes.
-    result = _grpo("demo", "--quick", "--work-dir", str(tmp_path / "demo"), timeout=1100)
+    work_dir = tmp_path / "demo"
+    result = _grpo("demo", "--quick", "--work-dir", str(work_dir), timeout=700)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "held-out greedy accuracy" in result.stdout
+    assert (work_dir / "run" / "final" / "model.safetensors").exists()
     # Captured, stdout is not a terminal: plain lines, no carriage-return progress updates.
     assert "\r" not in result.stdout + result.stderr
-    assert (tmp_path / "demo" / "run" / "final" / "model.safetensors").exists()
+    lines = result.stdout.splitlines()
+    # every path it names exists
+    paths = {
+        word.strip("`,:;()") for line in lines for word in line.split() if str(work_dir) in word
+    }
+    assert paths and all(Path(p).exists() for p in paths), sorted(paths)
+    # ... and so does everything it says the run directory holds
+    (listing,) = [line for line in lines if line.startswith("run directory: ")]
+    for entry in listing.split(": ", 2)[2].split(", "):
+        assert (work_dir / "run" / entry.split(" ")[0]).exists(), entry
+    assert "tensorboard/" in listing  # the tensorboard extra is installed, as demo.sh does
+    # every command it suggests runs (the training rerun last: it overwrites the run)
+    commands = [line.split("   #")[0].strip() for line in lines if line.startswith("  grpo ")]
+    assert [shlex.split(c)[1] for c in commands] == ["plot", "report", "eval", "train"]
+    for command in commands:
+        done = _grpo(*shlex.split(command)[1:], timeout=300)
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
 
 
 @pytest.mark.slow
