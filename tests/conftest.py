@@ -9,7 +9,7 @@ import pytest
 
 # One torch thread, here and in every `grpo` subprocess the tests start (they inherit the
 # environment): the tiny models gain nothing from more, and on a busy machine 2 threads on
-# 2 cores ran a training step 12.7× slower than 1 (benchmarks/threads.py), which pushed the
+# 2 cores ran a training step 3–14× slower than 1 (benchmarks/threads.py), which pushed the
 # end-to-end tests past their timeouts.
 os.environ["OMP_NUM_THREADS"] = "1"
 

@@ -1,9 +1,9 @@
 """How many threads torch uses for CPU work: chosen deliberately, not left to its default.
 
 Torch's default is one thread per core. On a shared machine that is the worst choice: with
-2 cores and another CPU-bound process, 2 torch threads spin-wait on each other and a
-training step ran 12.7× slower than with 1 thread (benchmarks/threads.py, RESULTS.md). The
-rule, first that applies:
+2 cores partly taken by other processes, 2 torch threads spin-wait on each other and a
+demo-sized training step ran 3–14× slower than with 1 thread (benchmarks/threads.py,
+RESULTS.md). The rule, first that applies:
 
 1. ``train.threads`` > 0: that number (the user knows best);
 2. ``OMP_NUM_THREADS`` set to a positive integer: that (the usual way to say it outside);
