@@ -50,6 +50,7 @@ def test_train_then_plot(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
     result = _grpo("train", str(config), "--train.progress=false")
     assert result.returncode == 0, result.stderr
     assert "2 prompts/step × G=2 = 4 sequences/step" in result.stdout
+    assert "torch threads: 1 (OMP_NUM_THREADS)" in result.stdout  # conftest sets it to 1
     rows = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]

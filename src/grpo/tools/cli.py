@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -29,7 +30,9 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     quiet = ["--train.quiet=true"] if args.quiet else []
     config = load_config(args.config, overrides + quiet)
     _quiet_transformers()
-    print(apply_threads(config.train.threads), flush=True)
+    threads = apply_threads(config.train.threads)  # every process of a torchrun job
+    if os.environ.get("RANK", "0") == "0":
+        print(threads, flush=True)
     result = train(config)
     if result.stopped_by is not None:  # a SIGTERM/SIGINT: checkpointed, exit 0
         kept = [o for o in overrides if "train.resume" not in o]
