@@ -169,6 +169,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     chunked: bool = True,
     entropy_grad: bool = False,
+    attention_mask_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_t | x, y_<t) at temperature τ for every completion position, shape (B, T).
 
@@ -181,9 +182,14 @@ def completion_logprobs(
     (:func:`chunked_token_logprobs`), so logits memory stays bounded whatever B × T × V is;
     padding positions are not scored and read 0. Otherwise the model's full-vocabulary logits
     for the B × (T + 1) kept positions are materialised.
+
+    ``attention_mask_BT`` (multi-turn rollouts): the completion columns' real tokens, the
+    environment's inserted ones included; the model attends to all of them, while only
+    ``completion_mask_BT``'s (the model's own tokens) are scored. None: the same mask.
     """
     input_ids_BL = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
-    attention_mask_BL = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
+    real_mask_BT = completion_mask_BT if attention_mask_BT is None else attention_mask_BT
+    attention_mask_BL = torch.cat([prompt_mask_BP, real_mask_BT], dim=1)
     completion_length = completion_ids_BT.shape[1]
     inputs = {
         "input_ids": input_ids_BL,

@@ -41,6 +41,15 @@ class Rollout:
     completion_mask_BT: torch.Tensor  # 1 = real completion token, the EOS token included
     sampler_logp_BT: torch.Tensor  # log π_sampler(token): after τ and top-k/top-p; 0 on padding
     stopped_B: torch.Tensor  # True where the completion ended on EOS or a stop string
+    # Multi-turn rollouts (grpo.agents): 1 on every real token of the completion columns,
+    # the environment's inserted tokens included, while completion_mask_BT is 1 on the
+    # model's own tokens only. None: the same as completion_mask_BT (single turn).
+    attention_mask_BT: torch.Tensor | None = None
+
+    @property
+    def real_mask_BT(self) -> torch.Tensor:
+        """1 on every real completion-column token: what the model attends to."""
+        return self.completion_mask_BT if self.attention_mask_BT is None else self.attention_mask_BT
 
     @property
     def truncated_B(self) -> torch.Tensor:
@@ -177,6 +186,13 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
     def stack(name: str, width: int, value: float, left: bool) -> torch.Tensor:
         return torch.cat([_pad_columns(getattr(r, name), width, value, left) for r in rollouts])
 
+    multi_turn = any(r.attention_mask_BT is not None for r in rollouts)
+    attention_mask_BT = (
+        torch.cat([_pad_columns(r.real_mask_BT, completion_width, 0, False) for r in rollouts])
+        if multi_turn
+        else None
+    )
+
     return Rollout(
         prompt_ids_BP=stack("prompt_ids_BP", prompt_width, pad_token_id, True),
         prompt_mask_BP=stack("prompt_mask_BP", prompt_width, 0, True),
@@ -184,4 +200,5 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
         completion_mask_BT=stack("completion_mask_BT", completion_width, 0, False),
         sampler_logp_BT=stack("sampler_logp_BT", completion_width, 0.0, False),
         stopped_B=torch.cat([r.stopped_B for r in rollouts]),
+        attention_mask_BT=attention_mask_BT,
     )

@@ -27,6 +27,7 @@ from grpo.rollout.engine import (
     sample_from_uniform,
     sampling_noise,
 )
+from grpo.rollout.turns import TurnEngine, TurnSession
 
 
 @dataclass
@@ -101,7 +102,7 @@ def preallocate_cache(kv_cache: Any, new_tokens: int) -> None:
             layers[index] = PreallocatedLayer(layer.keys, layer.values)
 
 
-class TransformersEngine(RolloutEngine):
+class TransformersEngine(RolloutEngine, TurnEngine):
     """Samples from the policy itself with a KV cache; no second copy of the weights.
 
     Each prompt is prefilled once per chunk and its cache shared by its rows, so the prompt
@@ -167,7 +168,15 @@ class TransformersEngine(RolloutEngine):
         finally:
             model.train(was_training)
 
-    def _prefill(self, request: RolloutRequest, first_row: int, end_row: int) -> _Prefill:
+    def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
+        """Multi-turn sampling that continues from the KV cache (:mod:`grpo.rollout.hf_turns`)."""
+        from grpo.rollout.hf_turns import HFTurnSession
+
+        return HFTurnSession(self, request, max_model_tokens)
+
+    def _prefill(
+        self, request: RolloutRequest, first_row: int, end_row: int, preallocate: bool = True
+    ) -> _Prefill:
         """One forward pass over the chunk's distinct prompts; its cache, rows selected."""
         model, group_size = self.model, request.group_size
         device = next(model.parameters()).device
@@ -191,7 +200,8 @@ class TransformersEngine(RolloutEngine):
             **{cache_name: kv_cache},
         ).logits[:, -1, :]
         kv_cache.batch_select_indices(select_B)
-        preallocate_cache(kv_cache, request.params.max_new_tokens)
+        if preallocate:
+            preallocate_cache(kv_cache, request.params.max_new_tokens)
         return _Prefill(
             logits_BV=logits_NV[select_B],
             prompt_ids_BP=prompt_ids_NP[select_B],

@@ -23,6 +23,9 @@ class TrainBatch:
     completion_mask_BT: torch.Tensor
     advantages_BT: torch.Tensor  # GRPO: A_i expanded along T (a view); PPO: GAE's A_it
     sampler_logp_BT: torch.Tensor
+    # Multi-turn: 1 on every real completion-column token (environment tokens included);
+    # completion_mask_BT, the loss mask, is 1 on the model's tokens only. None: single turn.
+    attention_mask_BT: torch.Tensor | None = None
 
     @classmethod
     def of(cls, rollout: Rollout, advantages_B: torch.Tensor, keep_B: torch.Tensor) -> TrainBatch:
@@ -35,6 +38,9 @@ class TrainBatch:
             completion_mask_BT=rollout.completion_mask_BT[keep_B],
             advantages_BT=advantages_B[keep_B][:, None].expand(-1, completion_ids_BT.shape[1]),
             sampler_logp_BT=rollout.sampler_logp_BT[keep_B],
+            attention_mask_BT=None
+            if rollout.attention_mask_BT is None
+            else rollout.attention_mask_BT[keep_B],
         )
 
     @property
@@ -48,7 +54,10 @@ class TrainBatch:
         first_prompt_column = (
             int((prompt_mask.sum(dim=0) > 0).nonzero().min()) if prompt_mask.any() else 0
         )
-        completion_width = max(int(completion_mask.sum(dim=1).max()), 1)
+        attention = None if self.attention_mask_BT is None else self.attention_mask_BT[rows]
+        # Real tokens are contiguous from column 0 (right padding): the widest row's count.
+        real = completion_mask if attention is None else attention
+        completion_width = max(int(real.sum(dim=1).max()), 1)
         prompt_cols = slice(first_prompt_column, None)
         completion_cols = slice(0, completion_width)
         return TrainBatch(
@@ -58,6 +67,7 @@ class TrainBatch:
             completion_mask_BT=completion_mask[:, completion_cols],
             advantages_BT=self.advantages_BT[rows, completion_cols],
             sampler_logp_BT=self.sampler_logp_BT[rows, completion_cols],
+            attention_mask_BT=None if attention is None else attention[:, completion_cols],
         )
 
 

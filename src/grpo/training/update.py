@@ -206,6 +206,7 @@ def _micro_step(
         temperature=objective.temperature,
         with_entropy=first or objective.entropy_coef > 0,
         entropy_grad=objective.entropy_coef > 0,
+        attention_mask_BT=micro.attention_mask_BT,
     )
     if old_logps[index] is None:
         old_logps[index] = logp_BT.detach()
@@ -259,5 +260,6 @@ def _reference_logprobs(
             micro.completion_ids_BT,
             micro.completion_mask_BT,
             temperature=temperature,
+            attention_mask_BT=micro.attention_mask_BT,
         )
     return logp_BT.clone() if frozen else logp_BT  # a clone outside inference mode is normal
