@@ -18,6 +18,7 @@ LAYERS = (
     "rewards",
     "rollout",
     "data",
+    "agents",
     "eval",
     "log",
     "training",
