@@ -22,11 +22,11 @@ from grpo.rollout.engine import (
     RolloutRequest,
     SamplingParams,
     concat_rollouts,
-    filter_logits,
     left_pad,
-    sample_from_uniform,
+    next_token,
     sampling_noise,
 )
+from grpo.rollout.hf_turns import HFTurnSession
 from grpo.rollout.turns import TurnEngine, TurnSession
 
 
@@ -40,24 +40,6 @@ class _Prefill:
     next_position_B1: torch.Tensor
     kv_cache: Any
     cache_name: str  # the model's keyword for it
-
-
-def _next_token(
-    logits_BV: torch.Tensor, noise_B: torch.Tensor | None, params: SamplingParams
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token_B, logp_BV): greedy without noise (evaluation), else inverse-CDF sampling at
-    temperature τ under top-k/top-p; logp_BV is the log-probability of the distribution
-    actually sampled from, log softmax of the filtered logits / τ (renormalised over the
-    kept tokens, as vLLM's processed log-probs): with top-p/top-k it differs from the
-    trainer's log softmax(logits / τ), the mismatch ``algorithm.sampler_correction`` sees."""
-    if noise_B is None:
-        logp_BV = torch.log_softmax(logits_BV.float(), dim=-1)
-        return logp_BV.argmax(dim=-1), logp_BV
-    scaled_BV = logits_BV.float() / params.temperature
-    filtered_BV = filter_logits(scaled_BV, params.top_k, params.top_p)  # scaled_BV when off
-    logp_BV = torch.log_softmax(filtered_BV, dim=-1)
-    probs_BV = filtered_BV.softmax(dim=-1)
-    return sample_from_uniform(probs_BV, noise_B), logp_BV
 
 
 def preallocate_cache(kv_cache: Any, new_tokens: int) -> None:
@@ -170,8 +152,6 @@ class TransformersEngine(RolloutEngine, TurnEngine):
 
     def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
         """Multi-turn sampling that continues from the KV cache (:mod:`grpo.rollout.hf_turns`)."""
-        from grpo.rollout.hf_turns import HFTurnSession
-
         return HFTurnSession(self, request, max_model_tokens)
 
     def _prefill(
@@ -224,7 +204,7 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         stopped_B = torch.zeros(batch, dtype=torch.bool, device=device)
         for position in range(params.max_new_tokens):
             noise_B = None if noise_BT is None else noise_BT[:, position]
-            token_B, logp_BV = _next_token(logits_BV, noise_B, params)
+            token_B, logp_BV = next_token(logits_BV, noise_B, params)
             token_B = torch.where(done_B, self.pad_token_id, token_B)
             tokens.append(token_B)
             logps.append(torch.where(done_B, 0.0, logp_BV.gather(1, token_B[:, None]).squeeze(1)))

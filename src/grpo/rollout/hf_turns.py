@@ -25,8 +25,7 @@ from typing import Any
 import torch
 
 from grpo.models.logprobs import positions_from_mask
-from grpo.rollout.engine import RolloutRequest, left_pad, sampling_noise
-from grpo.rollout.hf_engine import _next_token
+from grpo.rollout.engine import RolloutRequest, left_pad, next_token, sampling_noise
 from grpo.rollout.turns import TurnOutput, TurnSession, check_turn_rows
 
 
@@ -183,7 +182,7 @@ class HFTurnSession(TurnSession):
                 index_B = torch.tensor(live, device=device)
                 columns = (column_B + count_B).clamp(max=self.noise_BT.shape[1] - 1)
                 noise_B = self.noise_BT[index_B, columns]
-            token_B, logp_BV = _next_token(logits_BV, noise_B, params)
+            token_B, logp_BV = next_token(logits_BV, noise_B, params)
             active_B = ~done_B
             picked_B = logp_BV.gather(1, token_B[:, None]).squeeze(1)
             for b in active_B.nonzero().flatten().tolist():
