@@ -8,12 +8,13 @@ ALPHABET = list("0123456789+-*=() ?:abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 
 
-def build_char_tokenizer(directory: str | Path | None = None):
-    """One token per character; saved in Hugging Face format when ``directory`` is given."""
+def build_char_tokenizer(directory: str | Path | None = None, alphabet: list[str] | None = None):
+    """One token per character (of ``alphabet``, default :data:`ALPHABET`); saved in
+    Hugging Face format when ``directory`` is given."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + ALPHABET)}
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + (alphabet or ALPHABET))}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
     backend.decoder = decoders.Fuse()
