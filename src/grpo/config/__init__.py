@@ -13,6 +13,7 @@ from grpo.config.errors import ConfigError
 from grpo.config.loading import config_to_dict, load_config
 from grpo.config.plan import BatchPlan, batch_plan
 from grpo.config.sections import (
+    AgentConfig,
     AlgorithmConfig,
     Config,
     CurriculumConfig,
@@ -29,6 +30,7 @@ from grpo.config.sections import (
 from grpo.config.validation import validate
 
 __all__ = [
+    "AgentConfig",
     "AlgorithmConfig",
     "BatchPlan",
     "Config",

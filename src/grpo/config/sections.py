@@ -199,6 +199,25 @@ class DistributedConfig:
 
 
 @dataclass(frozen=True)
+class AgentConfig:
+    """Multi-turn rollouts with tools and an environment (see "Agents and tools"); off while
+    both environment and tools are empty."""
+
+    environment: str = ""  # "module:Class", created per rollout row from its dataset row
+    tools: list[str] = field(default_factory=list)  # "module:function" tools; "python" = sandbox
+    parser: Literal["xml_json"] = "xml_json"  # tool calls as <tool_call>{json}</tool_call>
+    max_turns: int = 4  # assistant turns per trajectory; rows still going are cut
+    max_tool_response_tokens: int = 256  # a longer tool result is cut (agent/too_long/errors)
+    tool_timeout_s: float = 10.0  # per tool call; 0 = no limit
+    env_timeout_s: float = 30.0  # per environment call (constructor, reset, step); 0 = no limit
+    env_on_error: Literal["fail", "zero", "skip_group"] = "fail"  # a raising or hung environment
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.environment or self.tools)
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -211,3 +230,4 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)

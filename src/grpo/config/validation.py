@@ -77,7 +77,31 @@ CROSS_FIELD: dict[str, Rule] = {
         "rollout.max_new_tokens = {c.rollout.max_new_tokens}",
     ),
     "rewards_present": Rule(
-        lambda c: len(c.rewards) >= 1, "rewards: at least one [[rewards]] table is needed"
+        lambda c: len(c.rewards) >= 1 or bool(c.agent.environment),
+        "rewards: at least one [[rewards]] table is needed (or an agent.environment)",
+    ),
+    "agent_ppo": Rule(
+        lambda c: not (c.agent.enabled and c.algorithm.estimator == "ppo"),
+        "agent (multi-turn rollouts) needs algorithm.estimator = 'grpo' "
+        "(the critic would value environment tokens)",
+    ),
+    "agent_fsdp": Rule(
+        lambda c: not (c.agent.enabled and c.distributed.strategy == "fsdp"),
+        "agent (multi-turn rollouts) is not supported with distributed.strategy = 'fsdp'",
+    ),
+    "agent_vllm": Rule(
+        lambda c: not (c.agent.enabled and c.rollout.engine == "vllm"),
+        "agent (multi-turn rollouts) needs rollout.engine = 'transformers' "
+        "(vLLM's turn-by-turn engine is not built yet)",
+    ),
+    "agent_chat_template": Rule(
+        lambda c: not (c.agent.enabled and c.data.chat_template),
+        "agent renders the conversation itself (with the tokenizer's chat template when it "
+        "has one): data.chat_template must be false",
+    ),
+    "agent_overlong": Rule(
+        lambda c: not (c.agent.enabled and c.algorithm.overlong_buffer > 0),
+        "algorithm.overlong_buffer is per completion: not supported with agent",
     ),
     "eval_reward": Rule(
         lambda c: not c.eval.reward or ":" in c.eval.reward,
@@ -146,6 +170,15 @@ _TABLE = """
     rollout.vllm_gpu_memory_utilization in (0, 1]
     rollout.vllm_max_model_len ≥ 0
     distributed.timeout_s > 0
+    agent.max_turns ≥ 1
+    agent.max_tool_response_tokens ≥ 1
+    agent.tool_timeout_s ≥ 0
+    agent.env_timeout_s ≥ 0
+    @agent_ppo
+    @agent_fsdp
+    @agent_vllm
+    @agent_chat_template
+    @agent_overlong
 """
 
 _BOUND = {"≥": operator.ge, ">": operator.gt}

@@ -6,14 +6,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from grpo.agents.chat import ChatFormat
+from grpo.agents.environment import resolve_environment
+from grpo.agents.parser import get_parser
+from grpo.agents.rollout import AgentRollout, AgentSettings, agent_rollout
+from grpo.agents.tools import resolve_tools, tool_schema
 from grpo.algo.groups import Groups
 from grpo.data.dataset import PromptDataset
 from grpo.data.sampler import PromptSampler
 from grpo.rewards.runner import RewardError, RewardFunction, score_completions
 from grpo.rollout.engine import RolloutEngine, SamplingParams
+from grpo.rollout.turns import TurnEngine
 from grpo.training.distributed import Dist
 from grpo.training.rounds import (
     Generation,
@@ -38,6 +45,7 @@ class Rollouts:
     pad_token_id: int
     overlong_buffer: int = 0  # DAPO's overlong shaping (algorithm.overlong_buffer); 0 = off
     overlong_penalty: float = 1.0
+    agent: AgentSettings | None = None  # multi-turn rollouts (the [agent] section)
 
 
 def generate(
@@ -73,20 +81,31 @@ def generate_round(
     dataset = rollouts.dataset
     rows = dist.rows(len(indices) * group_size)  # this process's block of the round's rows
     row_prompts = [index for index in indices for _ in range(group_size)][rows]  # b → b // G
-    rollout = rollouts.engine.generate(
-        [dataset.prompt_token_ids[i] for i in indices],
-        group_size,
-        rollouts.sampling,
-        rollouts.generator,
-        rows=rows if dist.enabled else None,
-    )
-    completions = rollouts.decode(rollout.completion_ids_BT, rollout.completion_mask_BT)
-    seconds["rollout"] += time.perf_counter() - started
-    started = time.perf_counter()
     prompts = [dataset.prompts[i] for i in row_prompts]
     columns = {name: [values[i] for i in row_prompts] for name, values in dataset.columns.items()}
+    rewards, agent = rollouts.rewards, None
+    if rollouts.agent is not None:
+        agent = _agent_rollout(rollouts, indices, group_size, rows)
+        rollout, completions = agent.rollout, agent.completions
+        columns |= {"conversation": agent.conversations, "env_reward": agent.env_reward}
+        if rollouts.agent.environment is not None:
+            rewards = [*rewards, ENVIRONMENT_REWARD]
+    else:
+        rollout = rollouts.engine.generate(
+            [dataset.prompt_token_ids[i] for i in indices],
+            group_size,
+            rollouts.sampling,
+            rollouts.generator,
+            rows=rows if dist.enabled else None,
+        )
+        completions = rollouts.decode(rollout.completion_ids_BT, rollout.completion_mask_BT)
+    seconds["rollout"] += time.perf_counter() - started
+    started = time.perf_counter()
     try:
-        scores = score_completions(rollouts.rewards, prompts, completions, columns)
+        scores = score_completions(rewards, prompts, completions, columns)
+        if agent is not None:
+            scores.skip_B |= torch.tensor(agent.skip, dtype=torch.bool)
+            scores.metrics.update(agent.metrics)
     except RewardError as error:
         if not dist.enabled:
             raise
@@ -110,3 +129,52 @@ def generate_round(
         )
     groups = Groups.of(results.reward_B, results.skip_B, group_size)
     return Round(indices, rollout, prompts, completions, scores, results, groups)
+
+
+def _environment_reward(
+    prompts: list[str], completions: list[str], env_reward: list[float], **_: Any
+) -> list[float]:
+    """The environment's own rewards, summed over the row's steps (0.0 without any)."""
+    return env_reward
+
+
+# Weight 1 in the total; logged as reward/environment/… like any reward.
+ENVIRONMENT_REWARD = RewardFunction(name="environment", fn=_environment_reward)
+
+
+def _agent_rollout(
+    rollouts: Rollouts, indices: list[int], group_size: int, rows: slice
+) -> AgentRollout:
+    """This process's block of the round as multi-turn trajectories (:mod:`grpo.agents`)."""
+    dataset, settings = rollouts.dataset, rollouts.agent
+    assert settings is not None and isinstance(rollouts.engine, TurnEngine)
+    records = [
+        {"prompt": dataset.prompts[i], **{k: v[i] for k, v in dataset.columns.items()}}
+        for i in indices
+    ]
+    block = range(len(indices) * group_size)[rows]
+    return agent_rollout(
+        rollouts.engine,
+        records,
+        group_size,
+        rollouts.sampling,
+        rollouts.generator,
+        block,
+        settings,
+    )
+
+
+def agent_settings(config: Any, tokenizer: Any) -> AgentSettings:
+    """The ``[agent]`` section resolved: tools imported and checked, the environment class."""
+    tools = resolve_tools(config.tools)
+    return AgentSettings(
+        chat=ChatFormat(tokenizer, [tool_schema(fn) for fn in tools.values()]),
+        tools=tools,
+        parser=get_parser(config.parser),
+        environment=resolve_environment(config.environment) if config.environment else None,
+        max_turns=config.max_turns,
+        max_tool_response_tokens=config.max_tool_response_tokens,
+        tool_timeout_s=config.tool_timeout_s,
+        env_timeout_s=config.env_timeout_s,
+        env_on_error=config.env_on_error,
+    )

@@ -36,7 +36,7 @@ from grpo.training.checkpoint import checkpoints_dir
 from grpo.training.critic import Critic
 from grpo.training.distributed import Dist
 from grpo.training.engines import rollout_engine
-from grpo.training.generate import Rollouts
+from grpo.training.generate import Rollouts, agent_settings
 from grpo.training.optim import Optimization, build_optimizer
 from grpo.training.resume import resume_point, resume_run
 from grpo.training.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
@@ -344,6 +344,7 @@ def _rollouts(
         pad_token_id=tokenizer.pad_token_id,
         overlong_buffer=config.algorithm.overlong_buffer,
         overlong_penalty=config.algorithm.overlong_penalty,
+        agent=agent_settings(config.agent, tokenizer) if config.agent.enabled else None,
     )
 
 
