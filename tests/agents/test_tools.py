@@ -196,3 +196,19 @@ def test_python_tool_runs_code_and_survives_the_sandbox_attacks(monkeypatch) -> 
         assert "hunter2" not in result.text, name
         assert len(result.text) < 5000, name  # stdout and stderr cut for the model
     assert result.text.startswith("exit code 0\nstdout:\nNone")
+
+
+def test_chat_template_offers_tools_and_keeps_its_separators() -> None:
+    tokenizer = ascii_tokenizer()
+    tokenizer.chat_template = (
+        "{% if tools %}[tools:{{ tools | length }}]{% endif %}"
+        "{% for m in messages %}|{{ m.role }}|{{ m.content }}<eos>\n{% endfor %}"
+        "{% if add_generation_prompt %}|assistant|{% endif %}"
+    )
+    chat = ChatFormat(tokenizer, [tool_schema(add)])
+    assert chat.decode(chat.prompt_ids([{"role": "user", "content": "hi"}])) == (
+        "[tools:1]|user|hi\n|assistant|"
+    )
+    # After the model's <eos>: the template's newline, the tool turn, the next header.
+    ids = chat.insertion_ids([{"role": "tool", "content": "5"}])
+    assert tokenizer.decode(ids) == "\n|tool|5<eos>\n|assistant|"

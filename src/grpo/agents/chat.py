@@ -74,7 +74,7 @@ class ChatFormat:
             add_generation_prompt=add_generation_prompt,
             tokenize=True,
         )
-        if isinstance(ids, dict):  # newer transformers return a BatchEncoding
+        if not isinstance(ids, list):  # newer transformers return a BatchEncoding
             ids = ids["input_ids"]
         return list(ids)
 
