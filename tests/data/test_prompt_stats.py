@@ -133,6 +133,8 @@ def test_sampler_state_round_trips_with_the_statistics() -> None:
         "last_step",
         "generated",
         "zero_variance",
+        "recent_attempts",
+        "recent_successes",
     }
     with pytest.raises(ValueError, match="statistics for 6 prompts, the dataset has 7"):
         PromptSampler(size=7, seed=4).load_state_dict(state)

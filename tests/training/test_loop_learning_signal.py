@@ -155,6 +155,48 @@ def test_curriculum_run_saves_and_resumes_its_statistics(
     assert resumed.history[0]["samples/generated_total"] == 48
 
 
+def test_pooled_curriculum_checkpoints_its_recent_counts(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.data.prompt_stats import PromptStats
+    from grpo.training.checkpoint import latest_checkpoint, load_checkpoint
+    from grpo.training.loop import train
+
+    rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
+    options = (
+        "curriculum.enabled=true",
+        "curriculum.pool_by='length'",
+        "curriculum.length_buckets=2",
+        "curriculum.prescreen_threshold=0.05",
+        "curriculum.half_life_steps=4.0",
+        "train.save_every=1",
+    )
+    first = train(
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *options),
+        reward_functions=rewards,
+        verbose=False,
+    )
+    assert all(0.0 <= row["curriculum/predicted_mixed"] <= 1.0 for row in first.history)
+    stats = load_checkpoint(latest_checkpoint(tmp_path / "run"))["tensors"]["sampler"]["stats"]
+    # Aged to step 2, step 1's 16 attempts weigh 0.5^(1/4) each and step 2's 16 weigh 1.
+    recent = PromptStats.empty(len(stats["attempts"]), half_life_steps=4.0)
+    recent.load_state_dict(stats)
+    assert float(recent.recent(2)[0].sum()) == pytest.approx(16 * 0.5**0.25 + 16)
+    resumed = train(
+        _config(
+            tiny_model_dir,
+            arithmetic_jsonl,
+            tmp_path,
+            *options,
+            "train.resume=true",
+            "train.steps=3",
+        ),
+        reward_functions=rewards,
+        verbose=False,
+    )
+    assert resumed.history[0]["samples/generated_total"] == 48
+
+
 @pytest.mark.parametrize("scale", ["rloo", "none", "batch"])
 def test_advantage_variants_train(tiny_model_dir, arithmetic_jsonl, tmp_path, scale) -> None:
     from grpo.training.loop import train
@@ -183,6 +225,8 @@ def test_advantage_variants_train(tiny_model_dir, arithmetic_jsonl, tmp_path, sc
         (("curriculum.strength=-1.0",), "curriculum.strength must be ≥ 0"),
         (("curriculum.prior_failures=0.0",), "curriculum.prior_failures must be > 0"),
         (("curriculum.enable=true",), "unknown config key 'curriculum.enable'"),
+        (("curriculum.pool_by='column'",), "curriculum.pool_by = 'column' needs"),
+        (("curriculum.exploration=1.5",), r"curriculum.exploration must be in \[0, 1\]"),
     ],
 )
 def test_bad_learning_signal_config_names_the_key(

@@ -127,6 +127,16 @@ class CurriculumConfig:
     strength: float = 1.0  # exponent k on the weights: 0 = uniform, larger = sharper focus
     prior_successes: float = 1.0  # α₀ of the Beta(α₀, β₀) prior; an unseen prompt's weight
     prior_failures: float = 1.0  # β₀ (α₀ = β₀ = 1: unseen weight 1/6 vs at most 1/4)
+    # pooled difficulty (grpo.algo.pooled_difficulty): prompts sharing a key share a prior and
+    # are drawn ∝ P(group mixed)^strength. none: per-prompt Beta(α₀, β₀) weights as above |
+    # column: the key is data column pool_column | length: prompt-length quantile buckets
+    pool_by: Literal["none", "column", "length"] = "none"
+    pool_column: str = ""  # the difficulty column for pool_by = "column" (e.g. level, source)
+    length_buckets: int = 4  # prompt-length buckets for pool_by = "length"
+    max_prior_weight: float = 20.0  # cap on a key prior's pseudo-counts (a + b)
+    prescreen_threshold: float = 0.0  # skip prompts with P(mixed) below this (0 = no skipping)
+    exploration: float = 0.1  # share of each step's prompts drawn uniformly (fresh estimates)
+    half_life_steps: float = 0.0  # counts weigh 0.5^(age / half-life); 0 = never forget
 
 
 @dataclass(frozen=True)

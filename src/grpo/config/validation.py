@@ -54,6 +54,10 @@ CROSS_FIELD: dict[str, Rule] = {
         "algorithm.dynamic_sampling needs algorithm.estimator = 'grpo' "
         "(PPO's critic learns from zero-variance groups too)",
     ),
+    "pool_column": Rule(
+        lambda c: c.curriculum.pool_by != "column" or bool(c.curriculum.pool_column),
+        "curriculum.pool_by = 'column' needs curriculum.pool_column (the difficulty column)",
+    ),
     "gspo_grpo": Rule(
         lambda c: c.algorithm.ratio_level == "token" or c.algorithm.estimator == "grpo",
         "algorithm.ratio_level = 'sequence' (GSPO) needs algorithm.estimator = 'grpo' "
@@ -150,6 +154,12 @@ _TABLE = """
     curriculum.strength ≥ 0
     curriculum.prior_successes > 0
     curriculum.prior_failures > 0
+    @pool_column
+    curriculum.length_buckets ≥ 1
+    curriculum.max_prior_weight > 0
+    curriculum.prescreen_threshold in [0, 1)
+    curriculum.exploration in [0, 1]
+    curriculum.half_life_steps ≥ 0
     @rewards_present
     optim.lr > 0
     optim.max_grad_norm ≥ 0

@@ -18,6 +18,7 @@ from grpo.algo.curriculum import (
     group_outcomes,
     uncertainty_weights,
 )
+from grpo.algo.pooled_difficulty import forgetting_factor
 
 
 @dataclass
@@ -26,6 +27,9 @@ class PromptStats:
 
     ``attempts[i]`` completions were generated for prompt i, ``successes[i]`` of them
     succeeded (fractional successes allowed), last at step ``last_step[i]`` (0 = never).
+    ``recent_attempts``/``recent_successes`` are the same counts forgotten with
+    ``half_life_steps`` (see :func:`~grpo.algo.pooled_difficulty.forgetting_factor`), as
+    of each prompt's last step; :meth:`recent` ages them to a later step.
     """
 
     attempts: list[float] = field(default_factory=list)
@@ -33,10 +37,30 @@ class PromptStats:
     last_step: list[int] = field(default_factory=list)
     generated: int = 0  # completions generated in the whole run
     zero_variance: int = 0  # of which in zero-variance groups (no gradient: wasted)
+    recent_attempts: list[float] = field(default_factory=list)
+    recent_successes: list[float] = field(default_factory=list)
+    half_life_steps: float = 0.0  # 0: recent counts are the plain counts
 
     @classmethod
-    def empty(cls, num_prompts: int) -> PromptStats:
-        return cls([0.0] * num_prompts, [0.0] * num_prompts, [0] * num_prompts)
+    def empty(cls, num_prompts: int, half_life_steps: float = 0.0) -> PromptStats:
+        zeros = [0.0] * num_prompts
+        return cls(
+            list(zeros),
+            list(zeros),
+            [0] * num_prompts,
+            0,
+            0,
+            list(zeros),
+            list(zeros),
+            half_life_steps,
+        )
+
+    def recent(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(attempts_D, successes_D) forgotten up to ``step`` (float64)."""
+        age_D = (step - torch.tensor(self.last_step, dtype=torch.float64)).clamp(min=0)
+        factor_D = forgetting_factor(age_D, self.half_life_steps)
+        attempts_D = torch.tensor(self.recent_attempts, dtype=torch.float64) * factor_D
+        return attempts_D, torch.tensor(self.recent_successes, dtype=torch.float64) * factor_D
 
     def record(
         self,
@@ -47,6 +71,10 @@ class PromptStats:
     ) -> None:
         """Add one step's N groups: group n is G completions of prompt ``indices[n]``."""
         for index, row in zip(indices, successes_NG.tolist(), strict=True):
+            age = torch.tensor([float(step - self.last_step[index])])
+            keep = float(forgetting_factor(age, self.half_life_steps)[0])
+            self.recent_attempts[index] = self.recent_attempts[index] * keep + len(row)
+            self.recent_successes[index] = self.recent_successes[index] * keep + float(sum(row))
             self.attempts[index] += len(row)
             self.successes[index] += float(sum(row))
             self.last_step[index] = step
@@ -60,6 +88,8 @@ class PromptStats:
             "last_step": list(self.last_step),
             "generated": self.generated,
             "zero_variance": self.zero_variance,
+            "recent_attempts": list(self.recent_attempts),
+            "recent_successes": list(self.recent_successes),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -72,6 +102,9 @@ class PromptStats:
         self.successes = [float(x) for x in state["successes"]]
         self.last_step = [int(x) for x in state["last_step"]]
         self.generated, self.zero_variance = int(state["generated"]), int(state["zero_variance"])
+        # Checkpoints from before pooling lack the recent counts: the plain counts stand in.
+        self.recent_attempts = [float(x) for x in state.get("recent_attempts", self.attempts)]
+        self.recent_successes = [float(x) for x in state.get("recent_successes", self.successes)]
 
 
 def write_prompt_stats(path: Path, prompts: list[str], stats: PromptStats) -> None:

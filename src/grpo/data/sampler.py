@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from grpo.config import CurriculumConfig
+from grpo.data.difficulty import DifficultyKeys, PoolSettings, draw_pooled, estimated_success
 from grpo.data.prompt_stats import PromptStats, draw_prompts
 
 
@@ -17,7 +18,9 @@ class PromptSampler:
     curriculum, draws weighted by each prompt's E[p(1 − p)] (see ``grpo.data.prompt_stats``).
 
     Per-prompt statistics (``stats``, filled by the trainer) are kept in every mode; all
-    state, statistics included, is in :meth:`state_dict` and so in checkpoints.
+    state, statistics included, is in :meth:`state_dict` and so in checkpoints. With
+    difficulty ``keys`` (``curriculum.pool_by``) the curriculum draws by pooled estimates
+    instead (see ``grpo.data.difficulty``); ``draw_metrics`` are the last draw's.
     """
 
     size: int
@@ -27,13 +30,31 @@ class PromptSampler:
     position: int = 0
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     draws: int = 0  # curriculum draws so far: each seeds its own generator (resumable)
+    keys: DifficultyKeys | None = None  # pooled difficulty keys (curriculum.pool_by)
+    group_size: int = 8  # G, for the chance that a prompt's group is mixed
     stats: PromptStats = field(init=False)
+    draw_metrics: dict[str, float] = field(default_factory=dict)
     _order: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self.stats = PromptStats.empty(self.size)
+        self.stats = PromptStats.empty(self.size, self.curriculum.half_life_steps)
 
     def next_indices(self, count: int) -> list[int]:
+        if self.curriculum.enabled and self.keys is not None:
+            self.draws += 1
+            curriculum = self.curriculum
+            settings = PoolSettings(
+                self.group_size,
+                curriculum.strength,
+                curriculum.max_prior_weight,
+                curriculum.prescreen_threshold,
+                curriculum.exploration,
+            )
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.draws)
+            picked, self.draw_metrics = draw_pooled(
+                self.stats, self.keys, count, settings, generator
+            )
+            return picked
         if self.curriculum.enabled:
             self.draws += 1
             return draw_prompts(
@@ -55,6 +76,17 @@ class PromptSampler:
             picked.extend(self._order[self.position : self.position + take])
             self.position += take
         return picked
+
+    def estimated_success(self, indices: list[int]) -> list[float]:
+        """The prompts' posterior-mean success rates from what the run has seen so far."""
+        curriculum = self.curriculum
+        return estimated_success(
+            self.stats,
+            self.keys,
+            indices,
+            (curriculum.prior_successes, curriculum.prior_failures),
+            curriculum.max_prior_weight,
+        )
 
     def _epoch_order(self) -> list[int]:
         if not self.shuffle:

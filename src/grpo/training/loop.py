@@ -116,7 +116,7 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
             generation.results.accuracy_B,
             groups.zero_variance_N,
             step,
-        )
+        ) | run.sampler.draw_metrics  # the pooled curriculum's pre-screen, when on
         train_started = time.perf_counter()
         update = learn(learner, generation, selection, dist)
         if update:

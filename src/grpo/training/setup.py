@@ -23,6 +23,7 @@ from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
 from grpo.config import AlgorithmConfig, BatchPlan, Config, config_to_dict
 from grpo.data.dataset import PromptDataset, load_dataset_for
+from grpo.data.difficulty import difficulty_keys
 from grpo.data.sampler import PromptSampler
 from grpo.eval.evaluate import correctness_reward, held_out_evaluator
 from grpo.log.metrics import MetricsLog
@@ -121,8 +122,16 @@ def set_up(
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
     if dataset.skipped:
         say(f"grpo: {dataset.describe_skipped()}")
+    curriculum = config.curriculum
     sampler = PromptSampler(
-        len(dataset), seed=train_cfg.seed, shuffle=config.data.shuffle, curriculum=config.curriculum
+        len(dataset),
+        seed=train_cfg.seed,
+        shuffle=config.data.shuffle,
+        curriculum=curriculum,
+        keys=difficulty_keys(
+            dataset, curriculum.pool_by, curriculum.pool_column, curriculum.length_buckets
+        ),
+        group_size=config.rollout.group_size,
     )
     evaluate = _evaluator(config, tokenizer, reward_functions, dist)
     optimization = _optimization(config, trained)
