@@ -109,14 +109,17 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
             critic_baseline=learner.critic is not None,
             drop_B=generation.results.truncated_B if settings.mask_truncated_completions else None,
         )
-        signal = record_step(  # the curriculum's per-prompt statistics
-            run.sampler.stats,
-            generation.indices,
-            groups.rewards_NG,
-            generation.results.accuracy_B,
-            groups.zero_variance_N,
-            step,
-        ) | run.sampler.draw_metrics  # the pooled curriculum's pre-screen, when on
+        signal = (
+            record_step(  # the curriculum's per-prompt statistics
+                run.sampler.stats,
+                generation.indices,
+                groups.rewards_NG,
+                generation.results.accuracy_B,
+                groups.zero_variance_N,
+                step,
+            )
+            | run.sampler.draw_metrics
+        )  # the pooled curriculum's pre-screen, when on
         train_started = time.perf_counter()
         update = learn(learner, generation, selection, dist)
         if update:

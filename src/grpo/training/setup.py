@@ -122,17 +122,7 @@ def set_up(
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
     if dataset.skipped:
         say(f"grpo: {dataset.describe_skipped()}")
-    curriculum = config.curriculum
-    sampler = PromptSampler(
-        len(dataset),
-        seed=train_cfg.seed,
-        shuffle=config.data.shuffle,
-        curriculum=curriculum,
-        keys=difficulty_keys(
-            dataset, curriculum.pool_by, curriculum.pool_column, curriculum.length_buckets
-        ),
-        group_size=config.rollout.group_size,
-    )
+    sampler = _sampler(config, dataset)
     evaluate = _evaluator(config, tokenizer, reward_functions, dist)
     optimization = _optimization(config, trained)
     critic = _critic(config, device) if config.algorithm.estimator == "ppo" else None
@@ -197,6 +187,22 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
         eval_every=config.eval.every,
         max_consecutive_skips=train_cfg.max_consecutive_skips,
         mask_truncated_completions=algo.mask_truncated_completions,
+    )
+
+
+def _sampler(config: Config, dataset: PromptDataset) -> PromptSampler:
+    """The prompt sampler, with difficulty keys when the curriculum pools (a missing
+    ``curriculum.pool_column`` is a data error naming the file's columns)."""
+    curriculum = config.curriculum
+    return PromptSampler(
+        len(dataset),
+        seed=config.train.seed,
+        shuffle=config.data.shuffle,
+        curriculum=curriculum,
+        keys=difficulty_keys(
+            dataset, curriculum.pool_by, curriculum.pool_column, curriculum.length_buckets
+        ),
+        group_size=config.rollout.group_size,
     )
 
 
