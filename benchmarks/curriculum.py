@@ -1,89 +1,66 @@
-"""Uniform sampling vs DAPO dynamic sampling vs the p(1 − p) curriculum, at one generation
-budget, on the embedded arithmetic task with mixed difficulties.
+"""Uniform sampling vs DAPO dynamic sampling vs the pooled-difficulty curriculum, at one
+generation budget, on two embedded task families (``benchmarks/curriculum_tasks.py``).
 
-The demo's warm-started tiny Llama (built once, then reused) trains on a set mixing the
-easy kinds (one-digit addition and multiplication, which it mostly solves: all-correct
-groups) with two-digit addition and subtraction (often all-wrong). Every run gets the same
-budget of generated completions; held-out greedy accuracy is measured every few steps.
-Reported per mode over the seeds: generated samples needed to reach the target held-out
-accuracy, the accuracy at the budget, and the fraction of samples spent in zero-variance
-groups. Writes a PNG of accuracy against generated samples.
+Every run trains a warm-started tiny Llama with the real trainer (``grpo.training.loop``)
+until the same budget of generated completions is spent, measuring held-out greedy
+accuracy (≥ 1000 problems) every few steps. Reported per task and mode over the seeds,
+mean and standard deviation: generated samples to reach the target accuracy (the base's
+held-out accuracy + ``--gain``), the accuracy at the budget, and the fraction of samples
+spent in zero-variance groups. Writes a PNG of accuracy against generated samples.
 
-    python benchmarks/curriculum.py [--seeds 0 1 2] [--budget 12800] [--target 0.35]
+    python benchmarks/curriculum.py [--tasks arithmetic edits] [--seeds 0 1 2 3 4]
+    python benchmarks/curriculum.py --merge DIR/results.json   # tabulate and plot only
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import sys
 import time
-from importlib import resources
 from pathlib import Path
 
-MODES = {
-    "uniform": [],
-    "dynamic": ["algorithm.dynamic_sampling=true", "algorithm.max_generation_rounds=4"],
-    "curriculum": ["curriculum.enabled=true", "curriculum.strength=2.0"],
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from curriculum_tasks import TASKS, Task, build_task, write_config
 
 
-def build_task(work_dir: Path, train_prompts: int, eval_prompts: int, say) -> dict[str, Path]:
-    """Warm-started base model, a mixed-difficulty training set and a held-out set."""
-    from grpo.data.dataset import PromptDataset
-    from grpo.demo.run import problem_kind, warm_start
-    from grpo.demo.task import make_splits, write_jsonl
-    from grpo.demo.tokenizer import build_char_tokenizer
-
-    tokenizer = build_char_tokenizer()
-    train_rows, held_out = make_splits(4000, 500, seed=0)
-    base_dir = work_dir / "base"
-    if not (base_dir / "config.json").exists():  # the demo's warm start, built once
-        dev_rows = held_out[:200]
-        probe = PromptDataset(
-            source="probe",
-            prompts=[row["prompt"] for row in dev_rows],
-            prompt_token_ids=[tokenizer(row["prompt"])["input_ids"] for row in dev_rows],
-            columns={"answer": [row["answer"] for row in dev_rows]},
-        )
-        warm_start(base_dir, train_rows, probe, tokenizer, say)
-    easy = [r for r in train_rows if problem_kind(r["prompt"]).endswith("1-digit")]
-    hard = [r for r in train_rows if not problem_kind(r["prompt"]).endswith("1-digit")]
-    mixed = easy + hard[: max(0, train_prompts - len(easy))]
-    say(f"training set: {len(easy)} one-digit + {len(mixed) - len(easy)} two-digit problems")
-    return {
-        "base": base_dir,
-        "train": write_jsonl(mixed, work_dir / "train.jsonl"),
-        "eval": write_jsonl(held_out[200 : 200 + eval_prompts], work_dir / "eval.jsonl"),
-    }
+def mode_options(mode: str, task: Task, args: argparse.Namespace) -> list[str]:
+    """The config overrides of one sampling mode."""
+    if mode == "dynamic":
+        return ["algorithm.dynamic_sampling=true", "algorithm.max_generation_rounds=4"]
+    if mode == "curriculum":
+        return [
+            "curriculum.enabled=true",
+            f"curriculum.strength={args.strength}",
+            "curriculum.pool_by='column'",
+            f"curriculum.pool_column='{task.column}'",
+            f"curriculum.prescreen_threshold={args.prescreen}",
+            f"curriculum.exploration={args.exploration}",
+            f"curriculum.half_life_steps={args.half_life}",
+        ]
+    return []
 
 
-def run_mode(paths: dict[str, Path], run_dir: Path, mode: str, seed: int, args) -> list[dict]:
+MODES = ("uniform", "dynamic", "curriculum")
+
+
+def run_mode(task: Task, paths: dict, run_dir: Path, mode: str, seed: int, args) -> list[dict]:
     """Train until the budget of generated samples is spent; returns the metrics rows."""
     from grpo.config import load_config
     from grpo.log.metrics import read_metrics
     from grpo.training.loop import train
 
-    template = resources.files("grpo.demo").joinpath("default.toml").read_text()
-    config_path = run_dir.parent / f"{run_dir.name}.toml"
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(
-        template.format(
-            base_dir=paths["base"],
-            train_path=paths["train"],
-            test_path=paths["eval"],
-            run_dir=run_dir,
-        )
-    )
-    per_step = args.prompts_per_step * args.group_size
+    config_path = write_config(task, paths, run_dir)
+    per_step = args.prompts_per_step * 8
     common = [
         f"train.seed={seed}",
         f"train.prompts_per_step={args.prompts_per_step}",
-        f"rollout.group_size={args.group_size}",
         f"eval.every={args.eval_every}",
         "train.progress=false",
         "train.tensorboard=false",
-        *MODES[mode],
+        *mode_options(mode, task, args),
     ]
     if mode != "dynamic":  # a fixed number of samples per step: one call
         steps = args.budget // per_step
@@ -111,147 +88,161 @@ def curve(rows: list[dict], budget: int) -> list[tuple[int, float]]:
     return points
 
 
-def summarise(rows: list[dict], budget: int, target: float) -> dict:
+def summarise(rows: list[dict], budget: int) -> dict:
+    counted = [row for row in rows if "samples/generated_total" in row]
+    within = [row for row in counted if row["samples/generated_total"] <= budget] or counted[:1]
     points = curve(rows, budget)
-    reached = first_reach(points, target)
-    last = [row for row in rows if "samples/generated_total" in row]
-    within = [row for row in last if row["samples/generated_total"] <= budget] or last[:1]
     return {
-        "samples_to_target": reached,
+        "base_accuracy": points[0][1],
         "final_accuracy": points[-1][1],
         "wasted_fraction": within[-1]["samples/wasted_frac_total"],
         "curve": points,
     }
 
 
-def mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values else float("nan")
+def first_reach(points: list, target: float) -> int | None:
+    return next((samples for samples, accuracy in points if accuracy >= target), None)
 
 
-def plot(results: dict, budget: int, target: float, path: Path) -> None:
+def spread(values: list[float]) -> str:
+    """'mean ± sd' (sample standard deviation; ± 0 for one value)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
+
+
+def table(task: str, runs_by_mode: dict[str, list[dict]], budget: int, gain: float) -> list[str]:
+    """One task's markdown table and its ratios against uniform."""
+    base = runs_by_mode["uniform"][0]["base_accuracy"] if "uniform" in runs_by_mode else None
+    base = base if base is not None else next(iter(runs_by_mode.values()))[0]["base_accuracy"]
+    target = base + gain
+    lines = [
+        f"**{task}**: base {base:.1%}, target {target:.1%}, budget {budget} samples per run",
+        "",
+        "| sampling | samples to target (per seed) | mean ± sd | accuracy at budget | wasted |",
+        "|---|---|---:|---:|---:|",
+    ]
+    means: dict[str, tuple[float, float]] = {}
+    for mode, runs in runs_by_mode.items():
+        reached = [first_reach(run["curve"], target) for run in runs]
+        # A run that never reaches the target counts as needing the whole budget.
+        counted = [float(s) if s is not None else float(budget) for s in reached]
+        missed = sum(s is None for s in reached)
+        note = f" ({missed} missed: counted as {budget})" if missed else ""
+        per_seed = ", ".join(str(s) if s is not None else f">{budget}" for s in reached)
+        wasted = [run["wasted_fraction"] for run in runs]
+        sd = statistics.stdev(counted) if len(counted) > 1 else 0.0
+        means[mode] = (statistics.fmean(counted), statistics.fmean(wasted))
+        lines.append(
+            f"| {mode} | {per_seed} | {means[mode][0]:.0f} ± {sd:.0f}{note} | "
+            f"{spread([run['final_accuracy'] for run in runs])} | {spread(wasted)} |"
+        )
+    if "uniform" in means:
+        lines.append("")
+        base_samples, base_wasted = means["uniform"]
+        for mode, (samples, wasted) in means.items():
+            if mode != "uniform":
+                lines.append(
+                    f"- {mode} vs uniform: {samples / base_samples:.2f}× the samples to target, "
+                    f"{wasted / max(base_wasted, 1e-9):.2f}× the wasted fraction"
+                )
+    return lines
+
+
+def plot(results: dict, budget: int, gain: float, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"uniform": "tab:gray", "dynamic": "tab:blue", "curriculum": "tab:red"}
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    for mode, runs in results.items():
-        for index, run in enumerate(runs):
-            samples, accuracy = zip(*run["curve"], strict=True)
-            axis.plot(
-                samples,
-                accuracy,
-                color=colors[mode],
-                alpha=0.8,
-                linewidth=1.2,
-                label=mode if index == 0 else None,
-            )
-    axis.axhline(target, color="black", linestyle=":", linewidth=1, label=f"target {target:.0%}")
-    axis.set_xlim(0, budget)
-    axis.set_xlabel("generated samples (completions)")
-    axis.set_ylabel("held-out greedy accuracy")
-    axis.set_title("Embedded arithmetic task, one line per seed")
-    axis.legend()
+    figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for axis, (task, runs_by_mode) in zip(axes[0], results.items(), strict=True):
+        base = next(iter(runs_by_mode.values()))[0]["base_accuracy"]
+        for mode, runs in runs_by_mode.items():
+            for index, run in enumerate(runs):
+                samples, accuracy = zip(*run["curve"], strict=True)
+                label = mode if index == 0 else None
+                axis.plot(samples, accuracy, color=colors[mode], alpha=0.6, label=label)
+        axis.axhline(base + gain, color="black", linestyle=":", label=f"target (base + {gain:.0%})")
+        axis.set_xlim(0, budget)
+        axis.set_xlabel("generated samples (completions)")
+        axis.set_ylabel("held-out greedy accuracy")
+        axis.set_title(f"{task}: one line per seed")
+        axis.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
 
 
-def first_reach(points: list, target: float) -> int | None:
-    return next((samples for samples, accuracy in points if accuracy >= target), None)
+def report(results: dict, budget: int, gain: float, plot_path: Path) -> None:
+    for task, runs_by_mode in results.items():
+        print("\n" + "\n".join(table(task, runs_by_mode, budget, gain)))
+    plot(results, budget, gain, plot_path)
+    print(f"\nplot: {plot_path}")
 
 
-def report(results: dict[str, list[dict]], budget: int, target: float) -> None:
-    """The markdown table: per mode over the seeds."""
-    print(f"\nbudget {budget} generated samples per run; target {target:.0%}")
-    print("| sampling | samples to target (per seed) | mean | accuracy at budget | wasted |")
-    print("|---|---|---:|---:|---:|")
-    means = {}
-    for mode, runs in results.items():
-        reached = [first_reach(run["curve"], target) for run in runs]
-        # A run that never reaches the target counts as needing more than the budget.
-        counted = [samples if samples is not None else budget for samples in reached]
-        missed = sum(samples is None for samples in reached)
-        note = f" ({missed} not reached: counted as the budget)" if missed else ""
-        per_seed = ", ".join(str(s) if s is not None else f">{budget}" for s in reached)
-        means[mode] = (mean(counted), mean([r["wasted_fraction"] for r in runs]))
-        print(
-            f"| {mode} | {per_seed} | {mean(counted):.0f}{note} | "
-            f"{mean([r['final_accuracy'] for r in runs]):.3f} | "
-            f"{mean([r['wasted_fraction'] for r in runs]):.3f} |"
-        )
-    if "uniform" in means:
-        base_samples, base_wasted = means["uniform"]
-        for mode, (samples, wasted) in means.items():
-            if mode != "uniform":
-                print(
-                    f"{mode} vs uniform: {samples / base_samples:.2f}× the samples to target, "
-                    f"{wasted / max(base_wasted, 1e-9):.2f}× the wasted fraction"
-                )
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--budget", type=int, default=7680, help="generated samples per run")
+    parser.add_argument("--gain", type=float, default=0.04, help="target = base + gain")
+    parser.add_argument("--prompts-per-step", type=int, default=16)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--train-prompts", type=int, default=480)
+    parser.add_argument("--held-out", type=int, default=1000)
+    parser.add_argument("--strength", type=float, default=1.0)
+    parser.add_argument("--prescreen", type=float, default=0.2)
+    parser.add_argument("--exploration", type=float, default=0.1)
+    parser.add_argument("--half-life", type=float, default=10.0)
+    parser.add_argument("--work-dir", type=Path, default=Path("runs/benchmark_curriculum"))
+    parser.add_argument("--plot", type=Path, default=Path("benchmarks/curriculum.png"))
+    parser.add_argument("--merge", type=Path, nargs="+", help="only tabulate these results")
+    return parser.parse_args()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    parser.add_argument("--budget", type=int, default=12800, help="generated samples per run")
-    parser.add_argument("--target", type=float, default=0.35, help="held-out accuracy to reach")
-    parser.add_argument("--prompts-per-step", type=int, default=16)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--train-prompts", type=int, default=480)
-    parser.add_argument("--eval-prompts", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--work-dir", type=Path, default=Path("runs/benchmark_curriculum"))
-    parser.add_argument("--plot", type=Path, default=Path("benchmarks/curriculum.png"))
-    parser.add_argument(
-        "--merge", type=Path, nargs="+", help="only tabulate and plot these results.json files"
-    )
-    args = parser.parse_args()
+    args = parse_args()
     if args.merge:  # runs split over several processes: one table and one plot
-        merged: dict[str, list[dict]] = {}
+        merged: dict[str, dict[str, list[dict]]] = {}
         for path in args.merge:
-            for mode, runs in json.loads(path.read_text()).items():
-                merged.setdefault(mode, []).extend(runs)
-        report(merged, args.budget, args.target)
-        plot(merged, args.budget, args.target, args.plot)
+            for task, by_mode in json.loads(path.read_text()).items():
+                for mode, runs in by_mode.items():
+                    merged.setdefault(task, {}).setdefault(mode, []).extend(runs)
+        report(merged, args.budget, args.gain, args.plot)
         return
 
     import torch
     import transformers
 
-    # On a shared small machine torch's thread pool spins against other processes (the
-    # warm start measured 10× slower with 2 threads than with 1 under load); the
-    # comparison is in samples, not seconds, so one thread loses nothing.
-    torch.set_num_threads(args.threads)
+    # One thread: on a shared machine torch's pool spins against other processes, and the
+    # comparison is in samples, not seconds.
+    torch.set_num_threads(1)
     transformers.utils.logging.set_verbosity_error()
     started = time.perf_counter()
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    paths = build_task(args.work_dir, args.train_prompts, args.eval_prompts, print)
-    results: dict[str, list[dict]] = {mode: [] for mode in args.modes}
-    for seed in args.seeds:  # modes alternate, so machine load hits them alike
-        for mode in args.modes:
-            run_dir = args.work_dir / "runs" / f"{mode}-seed{seed}"
-            if run_dir.exists():
-                import shutil
-
-                shutil.rmtree(run_dir)
-            run_started = time.perf_counter()
-            rows = run_mode(paths, run_dir, mode, seed, args)
-            summary = summarise(rows, args.budget, args.target)
-            results[mode].append(summary)
-            print(
-                f"{mode:<11} seed {seed}: samples to {args.target:.0%}: "
-                f"{summary['samples_to_target']}, accuracy at budget "
-                f"{summary['final_accuracy']:.3f}, wasted {summary['wasted_fraction']:.3f} "
-                f"({time.perf_counter() - run_started:.0f} s)",
-                flush=True,
-            )
-
-    report(results, args.budget, args.target)
-    plot(results, args.budget, args.target, args.plot)
-    (args.work_dir / "results.json").write_text(json.dumps(results, indent=1))
-    print(f"\nplot: {args.plot}; total {time.perf_counter() - started:.0f} s")
+    results: dict[str, dict[str, list[dict]]] = {}
+    for name in args.tasks:
+        task = TASKS[name]
+        paths = build_task(task, args.work_dir, args.train_prompts, args.held_out, print)
+        results[name] = {mode: [] for mode in args.modes}
+        for seed in args.seeds:  # modes alternate, so machine load hits them alike
+            for mode in args.modes:
+                run_dir = args.work_dir / name / "runs" / f"{mode}-seed{seed}"
+                shutil.rmtree(run_dir, ignore_errors=True)
+                run_started = time.perf_counter()
+                summary = summarise(run_mode(task, paths, run_dir, mode, seed, args), args.budget)
+                summary["seed"] = seed
+                results[name][mode].append(summary)
+                print(
+                    f"{name} {mode:<11} seed {seed}: base {summary['base_accuracy']:.3f}, "
+                    f"at budget {summary['final_accuracy']:.3f}, wasted "
+                    f"{summary['wasted_fraction']:.3f} ({time.perf_counter() - run_started:.0f} s)",
+                    flush=True,
+                )
+                # Written after every run, so a stopped benchmark keeps what it measured.
+                (args.work_dir / "results.json").write_text(json.dumps(results, indent=1))
+    report(results, args.budget, args.gain, args.plot)
+    print(f"total {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# train.self_correction_phrases' default: what a model says when it re-checks its work.
+DEFAULT_SELF_CORRECTION_PHRASES = (
+    "wait",
+    "let me re-check",
+    "let me recheck",
+    "let me check",
+    "let me double-check",
+    "actually",
+    "on second thought",
+    "i made a mistake",
+    "that's not right",
+    "hmm",
+)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -197,6 +211,11 @@ class TrainConfig:
     completions_every: int = 10
     wandb_project: str = ""  # log to Weights & Biases in this project ("" = off; `wandb` extra)
     trackio_project: str = ""  # log to trackio under this project ("" = off; `trackio` extra)
+    # phrases counted as self-correction in reasoning/self_correction_rate (case-insensitive,
+    # whole words); [] = none counted
+    self_correction_phrases: list[str] = field(
+        default_factory=lambda: list(DEFAULT_SELF_CORRECTION_PHRASES)
+    )
 
 
 @dataclass(frozen=True)

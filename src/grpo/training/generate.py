@@ -3,6 +3,7 @@ per-row results, and repeat (dynamic sampling) until the step has enough signal.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from grpo.agents.tools import resolve_tools, tool_schema
 from grpo.algo.groups import Groups
 from grpo.data.dataset import PromptDataset
 from grpo.data.sampler import PromptSampler
+from grpo.eval.reasoning import self_corrects, thinking_chars
 from grpo.rewards.runner import RewardError, RewardFunction, score_completions
 from grpo.rollout.engine import RolloutEngine, SamplingParams
 from grpo.rollout.turns import TurnEngine
@@ -46,6 +48,7 @@ class Rollouts:
     overlong_buffer: int = 0  # DAPO's overlong shaping (algorithm.overlong_buffer); 0 = off
     overlong_penalty: float = 1.0
     agent: AgentSettings | None = None  # multi-turn rollouts (the [agent] section)
+    self_correction: re.Pattern[str] | None = None  # train.self_correction_phrases
 
 
 def generate(
@@ -66,6 +69,18 @@ def generate(
         indices = sampler.next_indices(prompts_per_step)
         rounds.append(generate_round(rollouts, indices, group_size, dist, seconds))
     return merge_rounds(rounds, rollouts.pad_token_id), seconds
+
+
+def text_features(
+    completions: list[str], pattern: re.Pattern[str] | None
+) -> dict[str, torch.Tensor]:
+    """Per completion: its thinking length (−1 without a ``<think>`` block) and whether it
+    self-corrects (see :mod:`grpo.eval.reasoning`); gathered with the other row results."""
+    chars = [thinking_chars(completion) for completion in completions]
+    return {
+        "think_chars_B": torch.tensor([-1.0 if c is None else float(c) for c in chars]),
+        "self_correction_B": torch.tensor([self_corrects(c, pattern) for c in completions]),
+    }
 
 
 def generate_round(
@@ -120,6 +135,7 @@ def generate_round(
         accuracy_B=scores.per_function[rollouts.accuracy_reward]
         if rollouts.accuracy_reward
         else None,
+        **text_features(completions, rollouts.self_correction),
     )
     results = RowResults(**dist.gather_columns(local.columns()))
     if rollouts.overlong_buffer > 0:  # on the whole round's rows: the same in every process

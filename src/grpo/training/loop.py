@@ -38,6 +38,7 @@ from grpo.training.engines import check_engine_available
 from grpo.training.faults import GracefulStop, NonFiniteGuard
 from grpo.training.generate import generate
 from grpo.training.learn import learn
+from grpo.training.reasoning_metrics import reasoning_metrics
 from grpo.training.saving import save_checkpoint_of, save_final
 from grpo.training.select import select_groups
 from grpo.training.setup import Run, set_up
@@ -109,17 +110,17 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
             critic_baseline=learner.critic is not None,
             drop_B=generation.results.truncated_B if settings.mask_truncated_completions else None,
         )
-        signal = (
-            record_step(  # the curriculum's per-prompt statistics
-                run.sampler.stats,
-                generation.indices,
-                groups.rewards_NG,
-                generation.results.accuracy_B,
-                groups.zero_variance_N,
-                step,
-            )
-            | run.sampler.draw_metrics
-        )  # the pooled curriculum's pre-screen, when on
+        # Difficulty as estimated before this step's outcomes, for reasoning/len_*.
+        estimated_N = run.sampler.estimated_success(generation.indices)
+        signal = record_step(  # the curriculum's per-prompt statistics
+            run.sampler.stats,
+            generation.indices,
+            groups.rewards_NG,
+            generation.results.accuracy_B,
+            groups.zero_variance_N,
+            step,
+        )
+        signal.update(run.sampler.draw_metrics)  # the pooled curriculum's pre-screen, if on
         train_started = time.perf_counter()
         update = learn(learner, generation, selection, dist)
         if update:
@@ -139,6 +140,7 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
         ):
             metrics["eval/accuracy"] = run.evaluate(learner.policy)
         metrics.update(accuracy(generation))
+        metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
         history.append({"step": step, **metrics})
         run.log.write(step, metrics)
         last = generation.last  # the step's last rows; this process logs its own block

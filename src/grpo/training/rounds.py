@@ -29,6 +29,8 @@ class RowResults:
     truncated_B: torch.Tensor  # bool: cut at max_new_tokens
     accuracy_B: torch.Tensor | None = None  # the run's accuracy reward, when it has one
     overlong_penalty_B: torch.Tensor | None = None  # DAPO's shaping, already in reward_B
+    think_chars_B: torch.Tensor | None = None  # float32: <think> characters; −1 = no block
+    self_correction_B: torch.Tensor | None = None  # bool: a self-correction phrase occurs
 
     def with_overlong_penalty(self, max_length: int, buffer: int, penalty: float) -> RowResults:
         """DAPO's overlong penalty (:func:`~grpo.algo.overlong.overlong_penalty`) added to

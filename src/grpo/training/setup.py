@@ -26,6 +26,7 @@ from grpo.data.dataset import PromptDataset, load_dataset_for
 from grpo.data.difficulty import difficulty_keys
 from grpo.data.sampler import PromptSampler
 from grpo.eval.evaluate import correctness_reward, held_out_evaluator
+from grpo.eval.reasoning import phrase_pattern
 from grpo.log.metrics import MetricsLog
 from grpo.log.progress import StepProgress, step_progress
 from grpo.models.loading import load_policy, load_reference, load_tokenizer
@@ -360,6 +361,7 @@ def _rollouts(
         overlong_buffer=config.algorithm.overlong_buffer,
         overlong_penalty=config.algorithm.overlong_penalty,
         agent=agent_settings(config.agent, tokenizer) if config.agent.enabled else None,
+        self_correction=phrase_pattern(config.train.self_correction_phrases),
     )
 
 
