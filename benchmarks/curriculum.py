@@ -197,6 +197,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--half-life", type=float, default=10.0)
     parser.add_argument("--work-dir", type=Path, default=Path("runs/benchmark_curriculum"))
     parser.add_argument("--plot", type=Path, default=Path("benchmarks/curriculum.png"))
+    parser.add_argument("--results", type=Path, help="default: WORK_DIR/results.json")
     parser.add_argument("--merge", type=Path, nargs="+", help="only tabulate these results")
     return parser.parse_args()
 
@@ -221,6 +222,7 @@ def main() -> None:
     transformers.utils.logging.set_verbosity_error()
     started = time.perf_counter()
     results: dict[str, dict[str, list[dict]]] = {}
+    results_path = args.results or args.work_dir / "results.json"
     for name in args.tasks:
         task = TASKS[name]
         paths = build_task(task, args.work_dir, args.train_prompts, args.held_out, print)
@@ -240,7 +242,7 @@ def main() -> None:
                     flush=True,
                 )
                 # Written after every run, so a stopped benchmark keeps what it measured.
-                (args.work_dir / "results.json").write_text(json.dumps(results, indent=1))
+                results_path.write_text(json.dumps(results, indent=1))
     report(results, args.budget, args.gain, args.plot)
     print(f"total {time.perf_counter() - started:.0f} s")
 

@@ -155,6 +155,25 @@ def test_curriculum_run_saves_and_resumes_its_statistics(
     assert resumed.history[0]["samples/generated_total"] == 48
 
 
+def test_first_step_rows_are_all_of_medium_estimated_difficulty(
+    tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    from grpo.training.loop import train
+
+    rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
+    history = train(
+        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.steps=1"),
+        reward_functions=rewards,
+        verbose=False,
+    ).history
+    # Nothing seen yet: every prompt's estimate is the Beta(1, 1) prior's 1/2 (medium), so
+    # the medium bucket's mean length is the step's mean length and the others are absent.
+    row = history[0]
+    assert row["reasoning/len_medium"] == pytest.approx(row["completion_len/mean"])
+    assert "reasoning/len_hard" not in row and "reasoning/len_easy" not in row
+    assert 0.0 <= row["reasoning/self_correction_rate"] <= 1.0
+
+
 def test_pooled_curriculum_checkpoints_its_recent_counts(
     tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:

@@ -2,10 +2,11 @@
 sample completions, written to RUN_DIR/report/.
 
 The plots (matplotlib, the ``plot`` extra): reward, accuracy, KL, completion length,
-zero-variance fraction, clip fraction, gradient norm and loss, and the split of each
-step's time. A metric the run did not log gets an empty plot saying so. The page is
-static (no scripts, nothing loaded from outside the folder); every piece of text from the
-run, prompts and completions included, is HTML-escaped.
+zero-variance fraction, clip fraction, gradient norm and loss, the signs of learned
+reasoning (length by estimated difficulty, ``<think>`` length, self-correction rate), and
+the split of each step's time. A metric the run did not log gets an empty plot saying so.
+The page is static (no scripts, nothing loaded from outside the folder); every piece of
+text from the run, prompts and completions included, is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -51,6 +52,23 @@ PLOTS = (
         ("clip_frac", "clip_frac_low", "clip_frac_high"),
     ),
     Plot("grad_norm.png", "Gradient norm and loss", ("grad_norm", "loss")),
+    Plot(
+        "reasoning_length.png",
+        "Completion length by estimated difficulty (tokens)",
+        ("reasoning/len_hard", "reasoning/len_medium", "reasoning/len_easy"),
+    ),
+    Plot(
+        "thinking.png",
+        "Thinking: <think> characters (and share of completions with one)",
+        ("reasoning/think_chars", "reasoning/think_frac"),
+        note="no completion had a <think> block",
+    ),
+    Plot(
+        "self_correction.png",
+        "Share of completions with a self-correction phrase",
+        ("reasoning/self_correction_rate",),
+        note="train.self_correction_phrases",
+    ),
     Plot(
         "step_time.png",
         "Seconds per step: rollout, reward, train",
