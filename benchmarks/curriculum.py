@@ -119,6 +119,7 @@ def table(task: str, runs_by_mode: dict[str, list[dict]], budget: int, gain: flo
     """One task's markdown table and its ratios against uniform."""
     base = runs_by_mode["uniform"][0]["base_accuracy"] if "uniform" in runs_by_mode else None
     base = base if base is not None else next(iter(runs_by_mode.values()))[0]["base_accuracy"]
+    budget = next(iter(runs_by_mode.values()))[0].get("budget", budget)  # the runs' own
     target = base + gain
     lines = [
         f"**{task}**: base {base:.1%}, target {target:.1%}, budget {budget} samples per run",
@@ -167,14 +168,15 @@ def plot(results: dict, budget: int, gain: float, path: Path) -> None:
     }
     figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for axis, (task, runs_by_mode) in zip(axes[0], results.items(), strict=True):
-        base = next(iter(runs_by_mode.values()))[0]["base_accuracy"]
+        first = next(iter(runs_by_mode.values()))[0]
+        base, task_budget = first["base_accuracy"], first.get("budget", budget)
         for mode, runs in runs_by_mode.items():
             for index, run in enumerate(runs):
                 samples, accuracy = zip(*run["curve"], strict=True)
                 label = mode if index == 0 else None
                 axis.plot(samples, accuracy, color=colors[mode], alpha=0.6, label=label)
         axis.axhline(base + gain, color="black", linestyle=":", label=f"target (base + {gain:.0%})")
-        axis.set_xlim(0, budget)
+        axis.set_xlim(0, task_budget)
         axis.set_xlabel("generated samples (completions)")
         axis.set_ylabel("held-out greedy accuracy")
         axis.set_title(f"{task}: one line per seed")
@@ -246,7 +248,7 @@ def main() -> None:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 run_started = time.perf_counter()
                 summary = summarise(run_mode(task, paths, run_dir, mode, seed, args), args.budget)
-                summary["seed"] = seed
+                summary["seed"], summary["budget"] = seed, args.budget
                 results[name][mode].append(summary)
                 print(
                     f"{name} {mode:<11} seed {seed}: base {summary['base_accuracy']:.3f}, "
