@@ -34,7 +34,13 @@ def _objective(**settings) -> Objective:
     return Objective(temperature=0.9, max_completion_length=5, **settings)
 
 
-def _step(model: torch.nn.Module, batch: TrainBatch, micro: int, objective: Objective) -> dict:
+def _step(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro: int,
+    objective: Objective,
+    share_prompt: bool = True,
+) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     return policy_update(
@@ -44,7 +50,26 @@ def _step(model: torch.nn.Module, batch: TrainBatch, micro: int, objective: Obje
         Optimization(optimizer, scheduler, max_grad_norm=0.0),
         sequences_per_micro_batch=micro,
         reference=Reference(copy.deepcopy(model).eval()) if objective.beta > 0 else None,
+        share_prompt=share_prompt,
     )
+
+
+def test_groups_sharing_their_prompt_give_the_same_update(tiny_model_dir) -> None:
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    batch = _batch(base.config.vocab_size)
+    for name in ("prompt_ids_BP", "prompt_mask_BP"):  # 2 prompts × G = 4 (rows 0 and 4)
+        setattr(batch, name, getattr(batch, name)[[0, 0, 0, 0, 4, 4, 4, 4]])
+    objective = _objective(beta=0.1, inner_iterations=2)
+    shared, plain = copy.deepcopy(base), copy.deepcopy(base)
+    # 3 rows per micro-batch: the first group is split, the second cut at both ends.
+    shared_metrics = _step(shared, batch, 3, objective, share_prompt=True)
+    plain_metrics = _step(plain, batch, 3, objective, share_prompt=False)
+    for (name, p1), p2 in zip(shared.named_parameters(), plain.parameters(), strict=True):
+        assert torch.allclose(p1, p2, atol=1e-6), name
+    for key in ("loss", "kl", "entropy"):
+        assert shared_metrics[key] == pytest.approx(plain_metrics[key], abs=1e-6)
 
 
 @pytest.mark.parametrize("aggregation", ["sequence", "token", "constant"])

@@ -176,6 +176,9 @@ class OptimConfig:
     max_grad_norm: float = 1.0  # 0 = no clipping
     schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up
     warmup_steps: int = 0  # optimizer steps of linear warm-up
+    # one fused AdamW kernel for all parameters where torch has one for the device (else
+    # foreach); false = torch's default implementation (the same update up to rounding)
+    fused: bool = True
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,10 @@ class TrainConfig:
     steps: int = 100  # training steps (each: one rollout batch, μ optimizer steps)
     prompts_per_step: int = 16  # prompts per step (× rollout.group_size = sequences per step)
     sequences_per_micro_batch: int = 8  # gradient accumulation; the gradient is the same
+    # the policy and reference passes run each prompt once per group, its keys and values
+    # shared by the G completions (the same log-probs up to rounding); off under DDP/FSDP
+    # and gradient checkpointing, which the log then says
+    share_prompt: bool = True
     seed: int = 0  # seeds sampling, shuffling and initialisation
     # torch CPU threads (grpo train/demo); 0 = $OMP_NUM_THREADS, else usable CPUs − busy ones
     threads: int = 0

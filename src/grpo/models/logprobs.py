@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from grpo.models.shared_prompt import prompt_groups, shared_prompt_outputs, sharing_blocker
 from grpo.models.wrappers import base_model, is_fsdp_sharded
 
 
@@ -158,6 +159,30 @@ def _chunkable_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
     return get_decoder(), head
 
 
+def _completion_outputs(
+    module: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    prompt_width: int,
+    groups: tuple[torch.Tensor, torch.Tensor] | None,
+    *,
+    logits: bool,
+) -> torch.Tensor:
+    """The (B, T, ·) outputs at positions P − 1 + t, each predicting completion token t:
+    ``module``'s logits or (a decoder's) last hidden states; with ``groups``, each prompt run
+    once per group (:func:`~grpo.models.shared_prompt.shared_prompt_outputs`)."""
+    ids_BL, mask_BL, positions_BL = (
+        inputs[k] for k in ("input_ids", "attention_mask", "position_ids")
+    )
+    if groups is not None:
+        return shared_prompt_outputs(
+            module, ids_BL, mask_BL, positions_BL, prompt_width, groups, logits=logits
+        )
+    completion_length = ids_BL.shape[1] - prompt_width
+    if logits:
+        return module(**inputs, logits_to_keep=completion_length + 1).logits[:, :-1, :]
+    return module(**inputs).last_hidden_state[:, -completion_length - 1 : -1]
+
+
 def completion_logprobs(
     model: nn.Module,
     prompt_ids_BP: torch.Tensor,
@@ -170,6 +195,7 @@ def completion_logprobs(
     chunked: bool = True,
     entropy_grad: bool = False,
     attention_mask_BT: torch.Tensor | None = None,
+    share_prompt: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_t | x, y_<t) at temperature τ for every completion position, shape (B, T).
 
@@ -186,11 +212,15 @@ def completion_logprobs(
     ``attention_mask_BT`` (multi-turn rollouts): the completion columns' real tokens, the
     environment's inserted ones included; the model attends to all of them, while only
     ``completion_mask_BT``'s (the model's own tokens) are scored. None: the same mask.
+
+    ``share_prompt``: neighbouring rows with the same prompt (a group) run it once
+    (:mod:`grpo.models.shared_prompt`); the same values and gradients up to floating-point
+    reassociation. Where the model cannot (:func:`~grpo.models.shared_prompt.sharing_blocker`)
+    every row runs its own prompt, as without it.
     """
     input_ids_BL = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
     real_mask_BT = completion_mask_BT if attention_mask_BT is None else attention_mask_BT
     attention_mask_BL = torch.cat([prompt_mask_BP, real_mask_BT], dim=1)
-    completion_length = completion_ids_BT.shape[1]
     inputs = {
         "input_ids": input_ids_BL,
         "attention_mask": attention_mask_BL,
@@ -198,10 +228,14 @@ def completion_logprobs(
         "use_cache": False,
     }
     parts = _chunkable_head(model) if chunked else None
+    groups = None
+    if share_prompt and sharing_blocker(model) is None:
+        groups = prompt_groups(prompt_ids_BP, prompt_mask_BP)
+    prompt_width = prompt_ids_BP.shape[1]
     if parts is not None:
         decoder, head = parts
-        # Position P − 1 + t predicts completion token t; only real tokens are scored.
-        hidden_BTH = decoder(**inputs).last_hidden_state[:, -completion_length - 1 : -1]
+        hidden_BTH = _completion_outputs(decoder, inputs, prompt_width, groups, logits=False)
+        # Only real tokens are scored.
         keep_BT = completion_mask_BT.bool()
         logp_F, entropy_F = chunked_token_logprobs(
             hidden_BTH[keep_BT],
@@ -218,7 +252,7 @@ def completion_logprobs(
                 keep_BT, entropy_F
             )
         return logp_BT, entropy_BT
-    logits_BTV = model(**inputs, logits_to_keep=completion_length + 1).logits[:, :-1, :]
+    logits_BTV = _completion_outputs(model, inputs, prompt_width, groups, logits=True)
     if temperature != 1.0:
         logits_BTV = logits_BTV / temperature
     logp_BT = token_logprobs(logits_BTV, completion_ids_BT)

@@ -66,6 +66,7 @@ def ppo_update(
     sequences_per_micro_batch: int,
     reference: Reference | None = None,
     shard: Shard | None = None,
+    share_prompt: bool = True,
 ) -> dict[str, float]:
     """Steps 1-4 of the module docstring on one rollout batch; the policy's and the critic's
     metrics. ``batch``'s own advantages are replaced by the critic's."""
@@ -94,6 +95,7 @@ def ppo_update(
         sequences_per_micro_batch=sequences_per_micro_batch,
         reference=reference,
         shard=shard,
+        share_prompt=share_prompt,
     )
     metrics.update(
         _critic_steps(

@@ -53,6 +53,7 @@ def learn(
             sequences_per_micro_batch=learner.sequences_per_micro_batch,
             reference=learner.reference,
             shard=shard,
+            share_prompt=learner.share_prompt,
         )
     return policy_update(
         learner.trained,
@@ -62,4 +63,5 @@ def learn(
         sequences_per_micro_batch=learner.sequences_per_micro_batch,
         reference=learner.reference,
         shard=shard,
+        share_prompt=learner.share_prompt,
     )

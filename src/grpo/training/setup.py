@@ -30,6 +30,7 @@ from grpo.eval.reasoning import phrase_pattern
 from grpo.log.metrics import MetricsLog
 from grpo.log.progress import StepProgress, step_progress
 from grpo.models.loading import load_policy, load_reference, load_tokenizer
+from grpo.models.shared_prompt import sharing_blocker
 from grpo.models.value import load_value_model
 from grpo.rewards.runner import RewardFunction, accuracy_reward, resolve_reward_functions
 from grpo.rollout.engine import SamplingParams, decode_completions
@@ -39,7 +40,7 @@ from grpo.training.critic import Critic
 from grpo.training.distributed import Dist
 from grpo.training.engines import rollout_engine
 from grpo.training.generate import Rollouts, agent_settings
-from grpo.training.optim import Optimization, build_optimizer
+from grpo.training.optim import Optimization, adamw, build_optimizer
 from grpo.training.resume import resume_point, resume_run
 from grpo.training.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
 
@@ -56,6 +57,7 @@ class Learner:
     critic: Critic | None  # PPO's value model; None for GRPO
     sequences_per_micro_batch: int
     lora: bool  # only adapters train; the final save also writes them alone
+    share_prompt: bool = True  # groups run their prompt once in the policy/reference passes
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,10 @@ def set_up(
         reference,
         critic,
         plan.sequences_per_micro_batch,
-        lora=config.model.lora_rank > 0,
+        config.model.lora_rank > 0,
+        train_cfg.share_prompt,
     )
-    _describe(config, plan, dist, device, dataset, policy, say)
+    _describe(config, plan, dist, device, dataset, learner, say)
     purge_step = start_step + 1 if checkpoint_dir is not None else 0  # TensorBoard rewinds
     log = _metrics_log(config, run_dir, enabled=dist.is_main, purge_step=purge_step)
     progress = partial(step_progress, train_cfg, start_step, enabled=verbose and dist.is_main)
@@ -234,6 +237,7 @@ def _optimization(config: Config, trained: nn.Module) -> Optimization:
         warmup_steps=optim.warmup_steps,
         total_steps=config.train.steps * config.algorithm.inner_iterations,
         max_grad_norm=optim.max_grad_norm,
+        fused=optim.fused,
     )
 
 
@@ -311,11 +315,12 @@ def _models(
 def _critic(config: Config, device: torch.device) -> Critic:
     """PPO's value model and its own AdamW at ``ppo.critic_lr`` (constant)."""
     model = load_value_model(config.model, device)
-    optimizer = torch.optim.AdamW(
+    optimizer = adamw(
         [p for p in model.parameters() if p.requires_grad],
         lr=config.ppo.critic_lr,
         betas=(config.optim.beta1, config.optim.beta2),
         weight_decay=config.optim.weight_decay,
+        fused=config.optim.fused,
     )
     ppo = config.ppo
     return Critic(
@@ -371,10 +376,10 @@ def _describe(
     dist: Dist,
     device: torch.device,
     dataset: PromptDataset,
-    policy: nn.Module,
+    learner: Learner,
     say: Callable[[str], None],
 ) -> None:
-    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    trainable = sum(p.numel() for p in learner.policy.parameters() if p.requires_grad)
     beta, uses_lora = config.algorithm.beta, config.model.lora_rank > 0
     reference_kind = "none (β = 0)" if beta == 0 else "LoRA base" if uses_lora else "frozen copy"
     placement = (
@@ -387,3 +392,5 @@ def _describe(
         f"({trainable:,} trainable parameters) on {placement}; reference: {reference_kind}"
     )
     say(f"grpo: {plan.describe()}")
+    if learner.share_prompt and (blocker := sharing_blocker(learner.trained)) is not None:
+        say(f"grpo: train.share_prompt: each row runs its own prompt here ({blocker})")

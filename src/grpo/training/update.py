@@ -35,6 +35,7 @@ def policy_update(
     sequences_per_micro_batch: int,
     reference: Reference | None = None,
     shard: Shard | None = None,
+    share_prompt: bool = True,
 ) -> dict[str, float]:
     """Run μ = ``objective.inner_iterations`` optimizer steps on ``batch``; return metrics.
 
@@ -48,13 +49,18 @@ def policy_update(
     An update whose loss (any micro-batch's, on any process) or gradient norm is not finite
     is skipped: no ``optimizer.step()``, so the parameters and the optimizer state are
     unchanged; the scheduler still steps. ``skipped_updates`` counts them.
+
+    ``share_prompt``: the policy and reference passes run each micro-batch's prompts once
+    per group (:mod:`grpo.models.shared_prompt`), where the model allows it.
     """
     micro_batches, weights, normalizers = _plan(
         batch, sequences_per_micro_batch, objective.max_completion_length, shard
     )
     use_kl = objective.beta > 0
     reference_logps = [
-        _reference_logprobs(policy, reference or Reference(), micro, objective.temperature)
+        _reference_logprobs(
+            policy, reference or Reference(), micro, objective.temperature, share_prompt
+        )
         if use_kl
         else None
         for micro in micro_batches
@@ -86,6 +92,7 @@ def policy_update(
             shard,
             totals,
             iteration,
+            share_prompt=share_prompt,
         )
         _optimizer_step(optimization, losses, shard, totals, objective.inner_iterations)
     totals["clip_frac"] = totals["clip_frac_low"] + totals["clip_frac_high"]
@@ -123,6 +130,8 @@ def _accumulate_gradients(
     shard: Shard | None,
     totals: dict[str, float],
     iteration: int,
+    *,
+    share_prompt: bool,
 ) -> list[float]:
     """Forward and backward every micro-batch; add its statistics to ``totals`` (the last
     iteration's losses, the first's entropy); return this update's micro-batch losses."""
@@ -135,7 +144,15 @@ def _accumulate_gradients(
         local_only = no_sync is not None and index < len(micro_batches) - 1
         with no_sync() if local_only else contextlib.nullcontext():
             metrics = _micro_step(
-                policy, micro, logps, index, weights[index], first, objective, normalizers
+                policy,
+                micro,
+                logps,
+                index,
+                weights[index],
+                first,
+                objective,
+                normalizers,
+                share_prompt=share_prompt,
             )
         if weights[index] == 0.0:
             continue
@@ -194,6 +211,8 @@ def _micro_step(
     first: bool,
     objective: Objective,
     normalizers: dict[str, int],
+    *,
+    share_prompt: bool,
 ) -> dict[str, float]:
     """Forward, loss × ``weight``, backward for one micro-batch; its scalar statistics."""
     old_logps, reference_logps = logps
@@ -207,6 +226,7 @@ def _micro_step(
         with_entropy=first or objective.entropy_coef > 0,
         entropy_grad=objective.entropy_coef > 0,
         attention_mask_BT=micro.attention_mask_BT,
+        share_prompt=share_prompt,
     )
     if old_logps[index] is None:
         old_logps[index] = logp_BT.detach()
@@ -240,7 +260,11 @@ def _micro_step(
 
 
 def _reference_logprobs(
-    policy: nn.Module, reference: Reference, micro: TrainBatch, temperature: float
+    policy: nn.Module,
+    reference: Reference,
+    micro: TrainBatch,
+    temperature: float,
+    share_prompt: bool,
 ) -> torch.Tensor:
     frozen_model = reference.model
     model = frozen_model if frozen_model is not None else policy
@@ -261,5 +285,6 @@ def _reference_logprobs(
             micro.completion_mask_BT,
             temperature=temperature,
             attention_mask_BT=micro.attention_mask_BT,
+            share_prompt=share_prompt,
         )
     return logp_BT.clone() if frozen else logp_BT  # a clone outside inference mode is normal
