@@ -13,8 +13,66 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
+
+
+def _synchronized_clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # kernels run asynchronously: wait before reading
+    return time.perf_counter()
+
+
+def engine_seconds(engine, prompts: list[list[int]], group_size: int, new_tokens: int) -> float:
+    """Seconds for grpo's engine to sample ``group_size`` completions of each prompt."""
+    from grpo.rollout.engine import SamplingParams
+
+    device = next(engine.model.parameters()).device
+    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
+    started = _synchronized_clock(device)
+    engine.generate(prompts, group_size, params, torch.Generator().manual_seed(1))
+    return _synchronized_clock(device) - started
+
+
+@torch.no_grad()
+def generate_seconds(
+    model, prompts: list[list[int]], group_size: int, new_tokens: int, pad_token_id: int
+) -> float:
+    """Seconds for ``model.generate`` to do the same, with the sampled tokens' log-probs."""
+    device = next(model.parameters()).device
+    started = _synchronized_clock(device)
+    input_ids = torch.tensor(prompts, device=device).repeat_interleave(group_size, dim=0)
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        eos_token_id=None,
+        pad_token_id=pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    logits = torch.stack(out.logits, dim=1).float()
+    new_ids = out.sequences[:, input_ids.shape[1] :]
+    torch.log_softmax(logits, dim=-1).gather(-1, new_ids[..., None])
+    return _synchronized_clock(device) - started
+
+
+def alternating_medians(
+    run_a: Callable[[], float], run_b: Callable[[], float], repeats: int
+) -> tuple[float, float]:
+    """One warm-up each, then A, B, A, B, …: the median seconds of each."""
+    run_a(), run_b()
+    times_a, times_b = [], []
+    for _ in range(repeats):
+        times_a.append(run_a())
+        times_b.append(run_b())
+    return statistics.median(times_a), statistics.median(times_b)
 
 
 def main() -> None:
@@ -32,7 +90,6 @@ def main() -> None:
 
     from grpo.demo.model import build_tiny_llama
     from grpo.demo.tokenizer import build_char_tokenizer
-    from grpo.rollout.engine import SamplingParams
     from grpo.rollout.hf_engine import TransformersEngine
 
     transformers.utils.logging.set_verbosity_error()
@@ -50,43 +107,17 @@ def main() -> None:
     engine = TransformersEngine(
         model, pad_token_id=tokenizer.pad_token_id, eos_token_ids={never_stop}
     )
-    params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     tokens = args.prompts * args.group_size * args.new_tokens
 
     def run_engine() -> float:
-        started = time.perf_counter()
-        engine.generate(prompts, args.group_size, params, torch.Generator().manual_seed(1))
-        return time.perf_counter() - started
+        return engine_seconds(engine, prompts, args.group_size, args.new_tokens)
 
-    @torch.no_grad()
     def run_generate() -> float:
-        started = time.perf_counter()
-        input_ids = torch.tensor(prompts).repeat_interleave(args.group_size, dim=0)
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=args.new_tokens,
-            min_new_tokens=args.new_tokens,
-            eos_token_id=None,
-            pad_token_id=tokenizer.pad_token_id,
-            output_logits=True,
-            return_dict_in_generate=True,
+        return generate_seconds(
+            model, prompts, args.group_size, args.new_tokens, tokenizer.pad_token_id
         )
-        logits = torch.stack(out.logits, dim=1).float()
-        new_tokens = out.sequences[:, input_ids.shape[1] :]
-        torch.log_softmax(logits, dim=-1).gather(-1, new_tokens[..., None])
-        return time.perf_counter() - started
 
-    run_engine(), run_generate()  # warm-up
-    engine_times, generate_times = [], []
-    for _ in range(args.repeats):
-        engine_times.append(run_engine())
-        generate_times.append(run_generate())
-    engine_s, generate_s = statistics.median(engine_times), statistics.median(generate_times)
+    engine_s, generate_s = alternating_medians(run_engine, run_generate, args.repeats)
     print(
         f"model: Llama {args.layers} layers × {args.hidden} hidden; {args.prompts} prompts × "
         f"G={args.group_size}, {args.prompt_tokens}-token prompts, {args.new_tokens} new tokens; "

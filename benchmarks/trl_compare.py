@@ -2,17 +2,22 @@
 
     pip install -e ".[bench]"            # TRL 1.16, for this benchmark only
     python benchmarks/trl_compare.py [--steps 4] [--threads N] [--scaling] [--cap-gb 14]
+    python benchmarks/trl_compare.py --prompt-tokens 256   # the long-prompt setting
 
 Builds, locally and with random weights, a Llama (hidden 512, intermediate 1376, 8 layers,
 8 heads, untied embeddings; ~58M parameters at vocabulary 32000), a word-level tokenizer of
-that vocabulary, and 64 prompts of 32 tokens. Each trainer then runs ``--steps`` steps (the
-first is a warm-up, left out) in its own subprocess (``trl_compare_child.py``) with the same
-settings: 8 prompts × G = 8, T = 64 completion tokens without early EOS, temperature 1,
-β = 0.04 (a reference model), μ = 1, lr 1e-6, seed 0, the same thread count.
+that vocabulary, and 64 prompts of ``--prompt-tokens`` tokens (32; the long-prompt setting is
+256, where processing each prompt once per group matters most). Each trainer then runs
+``--steps`` steps (the first is a warm-up, left out) in its own subprocess
+(``trl_compare_child.py``) with the same settings: 8 prompts × G = 8, T = 64 completion
+tokens without early EOS, temperature 1, β = 0.04 (a reference model), μ = 1, lr 1e-6,
+seed 0, the same thread count.
 
 The ceiling is fp32 ``torch.mm`` FLOP/s measured in this run (best of a few shapes, before
 and after the trainers); each phase's FLOPs are counted from the model's shapes (matmuls
-only; the minimum the algorithm needs, the same count for both trainers).
+only; the minimum the algorithm needs, the same count for both trainers: each prompt once
+per group in every pass, the G completions attending to it). ``--unshared`` adds a grpo run
+with ``train.share_prompt = false`` (each prompt G times in the training passes).
 
 ``--scaling`` adds peak RSS against vocabulary (8k → 128k at T = 64) and completion length
 (64 → 512 at 32k), one step per point; a child whose RSS passes ``--cap-gb`` is killed and
@@ -31,19 +36,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 CHILD = Path(__file__).with_name("trl_compare_child.py")
-PROMPT_TOKENS, PROMPTS, GROUP, PROMPTS_PER_STEP = 32, 64, 8, 8
+PROMPTS, GROUP, PROMPTS_PER_STEP = 64, 8, 8
 ROWS = PROMPTS_PER_STEP * GROUP  # completions per step
 MODEL = {"hidden": 512, "intermediate": 1376, "layers": 8, "heads": 8}
 
 
-def build_model_dir(directory: Path, vocab: int, max_positions: int) -> None:
-    """A word-level tokenizer of ``vocab`` words ``t<n>`` and a random untied Llama."""
+def build_tokenizer(directory: Path, vocab: int) -> Any:
+    """A word-level tokenizer of ``vocab`` words ``t<n>``, saved in ``directory``."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<eos>", "<unk>"]
     words = {token: i for i, token in enumerate(specials)}
@@ -54,6 +60,14 @@ def build_model_dir(directory: Path, vocab: int, max_positions: int) -> None:
         tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
     )
     tokenizer.save_pretrained(str(directory))
+    return tokenizer
+
+
+def build_model_dir(directory: Path, vocab: int, max_positions: int) -> None:
+    """:func:`build_tokenizer` and a random untied Llama of :data:`MODEL`'s shape."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer(directory, vocab)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=vocab,
@@ -71,9 +85,9 @@ def build_model_dir(directory: Path, vocab: int, max_positions: int) -> None:
     LlamaForCausalLM(config).save_pretrained(str(directory), safe_serialization=True)
 
 
-def write_prompts(path: Path, vocab: int) -> None:
+def write_prompts(path: Path, vocab: int, prompt_tokens: int) -> None:
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab - 3, (PROMPTS, PROMPT_TOKENS), generator=generator)
+    ids = torch.randint(0, vocab - 3, (PROMPTS, prompt_tokens), generator=generator)
     rows = [{"prompt": " ".join(f"t{n}" for n in row)} for row in ids.tolist()]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -95,8 +109,9 @@ def matmul_ceiling(threads: int) -> float:
     return best
 
 
-def step_flops(vocab: int, completion: int) -> dict[str, float]:
-    """Matmul FLOPs of one step's phases (2·m·n·k), counted from the shapes."""
+def step_flops(vocab: int, completion: int, prompt_tokens: int) -> dict[str, float]:
+    """Matmul FLOPs of one step's phases (2·m·n·k), counted from the shapes: each prompt once
+    per group, each row's completion attending to its prompt and itself."""
     d, inner, layers = MODEL["hidden"], MODEL["intermediate"], MODEL["layers"]
     per_token = layers * (2 * 4 * d * d + 2 * 3 * d * inner)  # projections + MLP
     head = 2 * d * vocab
@@ -104,16 +119,20 @@ def step_flops(vocab: int, completion: int) -> dict[str, float]:
     def attention(context: int) -> float:  # QKᵀ and AV for one token attending to `context`
         return layers * 4 * context * d
 
-    def forward(tokens: int, scored: int) -> float:
-        attended = sum(attention(c) for c in range(1, tokens + 1))
+    def forward(tokens: int, scored: int, before: int = 0) -> float:
+        attended = sum(attention(before + c) for c in range(1, tokens + 1))
         return tokens * per_token + attended + scored * head
 
     # Rollout: each prompt's prefill once (one logit), then T − 1 decode steps for every row.
-    prefill = PROMPTS_PER_STEP * forward(PROMPT_TOKENS, 1)
+    prefill = PROMPTS_PER_STEP * forward(prompt_tokens, 1)
     decode = sum(
-        ROWS * (per_token + attention(PROMPT_TOKENS + t) + head) for t in range(1, completion)
+        ROWS * (per_token + attention(prompt_tokens + t) + head) for t in range(1, completion)
     )
-    full = ROWS * forward(PROMPT_TOKENS + completion, completion)
+    # Training passes: the prompts once (the last one's logit scores the first token), then
+    # every row's completion after its prompt.
+    full = PROMPTS_PER_STEP * forward(prompt_tokens, 1) + ROWS * forward(
+        completion, completion - 1, before=prompt_tokens
+    )
     return {"rollout": prefill + decode, "reference": full, "policy": 3 * full, "optimizer": 0.0}
 
 
@@ -176,6 +195,9 @@ def headline_table(results: dict[str, dict], flops: dict[str, float], ceiling: f
 
     ours, theirs = results["grpo"]["median"], results["trl"]["median"]
     row("step time, median (s)", ours["step"], theirs["step"])
+    if "grpo-unshared" in results:
+        unshared = results["grpo-unshared"]["median"]["step"]
+        row("  grpo, each prompt G times (share_prompt off) (s)", unshared, theirs["step"])
     for phase in ("rollout", "reference", "policy", "optimizer"):
         row(f"  {phase} (s)", ours[phase], theirs[phase])
     phases = ("rollout", "reference", "policy", "optimizer")
@@ -238,6 +260,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="per trainer, the warm-up included")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--micro-batch", type=int, default=16, help="grpo sequences per pass")
+    parser.add_argument("--prompt-tokens", type=int, default=32, help="256: long-prompt setting")
+    parser.add_argument(
+        "--unshared", action="store_true", help="also grpo with train.share_prompt = false"
+    )
     parser.add_argument("--scaling", action="store_true", help="also the memory-scaling table")
     parser.add_argument("--scaling-only", action="store_true")
     parser.add_argument("--cap-gb", type=float, default=14.0, help="kill a child above this RSS")
@@ -250,31 +276,39 @@ def main() -> None:
     parser.add_argument("--child-timeout", type=float, default=0, help="seconds; 0 = none")
     parser.add_argument("--json", type=Path, help="write every measurement here (as it comes)")
     args = parser.parse_args()
-    report: dict = {"threads": args.threads, "micro_batch": args.micro_batch}
+    report: dict = {
+        "threads": args.threads,
+        "micro_batch": args.micro_batch,
+        "prompt_tokens": args.prompt_tokens,
+    }
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
 
         def setup(vocab: int, completion: int) -> tuple[Path, Path]:
             model_dir = work_dir / f"model-{vocab}"
             if not model_dir.exists():
-                build_model_dir(model_dir, vocab, max_positions=PROMPT_TOKENS + 512)
+                build_model_dir(model_dir, vocab, max_positions=args.prompt_tokens + 512)
             prompts = work_dir / f"prompts-{vocab}.jsonl"
-            write_prompts(prompts, vocab)
+            write_prompts(prompts, vocab, args.prompt_tokens)
             return model_dir, prompts
 
         if not args.scaling_only:
             ceiling_before = matmul_ceiling(args.threads)
             model_dir, prompts = setup(32000, 64)
             results = {}
-            for trainer in ("grpo", "trl"):
+            runs = {"grpo": ("grpo", "true"), "trl": ("trl", "true")}
+            if args.unshared:
+                runs["grpo-unshared"] = ("grpo", "false")
+            for trainer, (child, share) in runs.items():
                 results[trainer] = run_child(
-                    trainer,
+                    child,
                     model_dir,
                     prompts,
                     args,
                     work_dir / f"{trainer}.json",
                     steps=args.steps,
                     max_new_tokens=64,
+                    share_prompt=share,
                 )
                 results[trainer]["max_new_tokens"] = 64
                 if "median" not in results[trainer]:  # stopped by --cap-gb or --child-timeout
@@ -282,11 +316,14 @@ def main() -> None:
                 median_step = results[trainer]["median"]["step"]
                 print(f"{trainer}: median step {median_step:.2f} s", flush=True)
             ceiling = max(ceiling_before, matmul_ceiling(args.threads))
-            flops = step_flops(32000, 64)
+            flops = step_flops(32000, 64, args.prompt_tokens)
             report.update(results=results, ceiling=ceiling, flops=flops)
             if args.json:
                 args.json.write_text(json.dumps(report, indent=1))
-            print(f"\n{args.threads} threads; {args.steps - 1} timed steps per trainer\n")
+            print(
+                f"\n{args.threads} threads; {args.steps - 1} timed steps per trainer; "
+                f"prompts of {args.prompt_tokens} tokens\n"
+            )
             print(headline_table(results, flops, ceiling))
         if args.scaling or args.scaling_only:
             points = []

@@ -2,6 +2,7 @@
 
     python benchmarks/trl_compare_child.py {grpo,trl} --model-dir D --prompts P.jsonl
         --steps N --max-new-tokens T --micro-batch M --threads K --out result.json
+        [--device cuda --dtype bfloat16]   # benchmarks/gpu_check.py
 
 Every phase is timed by wrapping the function that does it (the trainers are not edited):
 
@@ -130,6 +131,9 @@ def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
             f"data.train_path={args.prompts}",
             "rollout.group_size=8",
             f"rollout.max_new_tokens={args.max_new_tokens}",
+            f"train.share_prompt={args.share_prompt}",
+            f"model.device={args.device}",
+            f"model.dtype={args.dtype}",
             "rollout.temperature=1.0",
             "algorithm.beta=0.04",
             "algorithm.inner_iterations=1",
@@ -205,8 +209,8 @@ def run_trl(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as output_dir:
         config = GRPOConfig(
             output_dir=output_dir,
-            use_cpu=True,
-            bf16=False,
+            use_cpu=args.device == "cpu",
+            bf16=args.dtype == "bfloat16",  # the weights load in the checkpoint's dtype
             fp16=False,
             gradient_checkpointing=False,
             use_vllm=False,
@@ -253,6 +257,9 @@ def main() -> None:
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--share-prompt", default="true", choices=["true", "false"])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (gpu_check.py)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--micro-batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--lr", type=float, default=1e-6)
@@ -274,6 +281,7 @@ def main() -> None:
         "median": {key: statistics.median(s[key] for s in timed) for key in (*PHASES, "step")},
         "per_step": clock.steps,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_gpu_bytes": torch.cuda.max_memory_allocated() if args.device != "cpu" else None,
         "reward_mean": statistics.fmean(rewards) if rewards else None,
         "reward_std": statistics.pstdev(rewards) if rewards else None,
         **result,
