@@ -207,16 +207,20 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
 def next_token(
     logits_BV: torch.Tensor, noise_B: torch.Tensor | None, params: SamplingParams
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token_B, logp_BV): greedy without noise (evaluation), else inverse-CDF sampling at
-    temperature τ under top-k/top-p; logp_BV is the log-probability of the distribution
-    actually sampled from, log softmax of the filtered logits / τ (renormalised over the
-    kept tokens, as vLLM's processed log-probs): with top-p/top-k it differs from the
-    trainer's log softmax(logits / τ), the mismatch ``algorithm.sampler_correction`` sees."""
+    """(token_B, logp_B): greedy without noise (evaluation), else inverse-CDF sampling at
+    temperature τ under top-k/top-p. logp_B is the token's log-probability under the
+    distribution actually sampled from, log softmax of the filtered logits / τ (renormalised
+    over the kept tokens, as vLLM's processed log-probs): with top-p/top-k it differs from
+    the trainer's log softmax(logits / τ), the mismatch ``algorithm.sampler_correction`` sees.
+
+    It is ``z_token − logsumexp(z)``: no full-vocabulary log-softmax is materialised beside
+    the softmax sampling needs (equal to ``log_softmax(z)[token]`` up to reassociation)."""
     if noise_B is None:
-        logp_BV = torch.log_softmax(logits_BV.float(), dim=-1)
-        return logp_BV.argmax(dim=-1), logp_BV
-    scaled_BV = logits_BV.float() / params.temperature
-    filtered_BV = filter_logits(scaled_BV, params.top_k, params.top_p)  # scaled_BV when off
-    logp_BV = torch.log_softmax(filtered_BV, dim=-1)
-    probs_BV = filtered_BV.softmax(dim=-1)
-    return sample_from_uniform(probs_BV, noise_B), logp_BV
+        scores_BV = logits_BV.float()
+        token_B = scores_BV.argmax(dim=-1)
+    else:
+        scaled_BV = logits_BV.float() / params.temperature
+        scores_BV = filter_logits(scaled_BV, params.top_k, params.top_p)  # scaled_BV when off
+        token_B = sample_from_uniform(scores_BV.softmax(dim=-1), noise_B)
+    picked_B = scores_BV.gather(1, token_B[:, None]).squeeze(1)
+    return token_B, picked_B - torch.logsumexp(scores_BV, dim=-1)

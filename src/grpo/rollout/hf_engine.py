@@ -71,7 +71,9 @@ def preallocate_cache(kv_cache: Any, new_tokens: int) -> None:
         def update(self, key_states, value_states, *args, **kwargs):
             end = self.length + key_states.shape[-2]
             if end > self.key_buffer.shape[-2]:  # more tokens than planned: grow as before
-                return super().update(key_states, value_states, *args, **kwargs)
+                keys, values = super().update(key_states, value_states, *args, **kwargs)
+                self.key_buffer, self.value_buffer, self.length = keys, values, end
+                return keys, values
             self.key_buffer[:, :, self.length : end] = key_states
             self.value_buffer[:, :, self.length : end] = value_states
             self.length = end
@@ -79,9 +81,35 @@ def preallocate_cache(kv_cache: Any, new_tokens: int) -> None:
             self.values = self.value_buffer[:, :, :end]
             return self.keys, self.values
 
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            """Keep the rows ``indices`` (finished rows leave the decode batch)."""
+            self.key_buffer = self.key_buffer[indices]
+            self.value_buffer = self.value_buffer[indices]
+            self.keys = self.key_buffer[:, :, : self.length]
+            self.values = self.value_buffer[:, :, : self.length]
+
     for index, layer in enumerate(layers):
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
             layers[index] = PreallocatedLayer(layer.keys, layer.values)
+
+
+@dataclass
+class _LiveRows:
+    """The rows still decoding: their index in the outputs (``row_B``) and their state."""
+
+    row_B: torch.Tensor
+    done_B: torch.Tensor
+    mask_BL: torch.Tensor  # the prompt's mask, then ones for every completion position
+    position_B1: torch.Tensor
+    noise_BT: torch.Tensor | None
+
+    def keep(self, keep_B: torch.Tensor, kv_cache: Any) -> None:
+        """Keep only the rows ``keep_B``, in the KV cache too."""
+        self.row_B, self.done_B = self.row_B[keep_B], self.done_B[keep_B]
+        self.mask_BL, self.position_B1 = self.mask_BL[keep_B], self.position_B1[keep_B]
+        if self.noise_BT is not None:
+            self.noise_BT = self.noise_BT[keep_B]
+        kv_cache.batch_select_indices(keep_B.nonzero().flatten())
 
 
 class TransformersEngine(RolloutEngine, TurnEngine):
@@ -194,57 +222,84 @@ class TransformersEngine(RolloutEngine, TurnEngine):
     def _decode(
         self, prefill: _Prefill, params: SamplingParams, noise_BT: torch.Tensor | None
     ) -> Rollout:
-        """Sample token after token until every row ended or max_new_tokens is reached."""
-        logits_BV, next_position_B1 = prefill.logits_BV, prefill.next_position_B1
-        attention_mask_BL = prefill.prompt_mask_BP
-        batch, device = logits_BV.shape[0], logits_BV.device
+        """Sample token after token until every row ended or max_new_tokens is reached.
+
+        Per-token overhead is what limits decoding small batches, so: outputs are written in
+        place into (B, T) buffers and the attention mask is allocated once and sliced; the
+        host looks at which rows ended every ``sync_every`` tokens only (1 on a CPU, where a
+        look is free and ended rows leave sooner; 8 on a GPU, where it stalls the launch
+        queue); at each look, ended rows leave the batch, its KV cache and its noise, so
+        later forwards run on live rows only. A row's tokens are those of the plain loop:
+        its logits depend on its own tokens only (up to reassociation across batch sizes).
+        """
+        width, logits_BV = params.max_new_tokens, prefill.logits_BV
+        rows, device = logits_BV.shape[0], logits_BV.device
+        prompt_width = prefill.prompt_mask_BP.shape[1]
         eos_ids = torch.tensor(sorted(self.eos_token_ids), device=device, dtype=torch.long)
-        tokens, logps, masks = [], [], []
-        done_B = torch.zeros(batch, dtype=torch.bool, device=device)
-        stopped_B = torch.zeros(batch, dtype=torch.bool, device=device)
-        for position in range(params.max_new_tokens):
-            noise_B = None if noise_BT is None else noise_BT[:, position]
-            token_B, logp_BV = next_token(logits_BV, noise_B, params)
-            token_B = torch.where(done_B, self.pad_token_id, token_B)
-            tokens.append(token_B)
-            logps.append(torch.where(done_B, 0.0, logp_BV.gather(1, token_B[:, None]).squeeze(1)))
-            masks.append((~done_B).long())
-            ended_B = ~done_B & torch.isin(token_B, eos_ids)
+        tokens_BT = torch.full((rows, width), self.pad_token_id, dtype=torch.long, device=device)
+        logps_BT = torch.zeros((rows, width), dtype=torch.float32, device=device)
+        masks_BT = torch.zeros((rows, width), dtype=torch.long, device=device)
+        stopped_B = torch.zeros(rows, dtype=torch.bool, device=device)
+        live = _LiveRows(
+            row_B=torch.arange(rows, device=device),
+            done_B=torch.zeros(rows, dtype=torch.bool, device=device),
+            mask_BL=torch.cat([prefill.prompt_mask_BP, masks_BT.new_ones(rows, width)], dim=1),
+            position_B1=prefill.next_position_B1,
+            noise_BT=noise_BT,
+        )
+        sync_every = 1 if device.type == "cpu" or params.stop_strings else 8
+        for position in range(width):
+            noise_B = None if live.noise_BT is None else live.noise_BT[:, position]
+            token_B, logp_B = next_token(logits_BV, noise_B, params)
+            token_B = token_B.masked_fill(live.done_B, self.pad_token_id)
+            tokens_BT[live.row_B, position] = token_B
+            logps_BT[live.row_B, position] = logp_B.masked_fill(live.done_B, 0.0)
+            masks_BT[live.row_B, position] = (~live.done_B).long()
+            ended_B = ~live.done_B & torch.isin(token_B, eos_ids)
             if params.stop_strings:
-                ended_B |= ~done_B & self._hits_stop_string(tokens, done_B, params.stop_strings)
-            stopped_B |= ended_B
-            done_B |= ended_B
-            finished = bool(done_B.all())
-            if self.all_done(finished) if self.all_done is not None else finished:
+                ended_B |= ~live.done_B & self._hits_stop_string(
+                    tokens_BT[live.row_B, : position + 1], live.done_B, params.stop_strings
+                )
+            stopped_B[live.row_B] |= ended_B
+            live.done_B = live.done_B | ended_B
+            if position == width - 1:  # the last token needs no forward
                 break
-            if position == params.max_new_tokens - 1:  # the last token needs no forward
+            if (position + 1) % sync_every == 0 and self._stop_or_compact(live, prefill):
                 break
-            attention_mask_BL = torch.cat(
-                [attention_mask_BL, torch.ones_like(token_B)[:, None]], dim=1
-            )
             logits_BV = self.model(
-                input_ids=token_B[:, None],
-                attention_mask=attention_mask_BL,
-                position_ids=next_position_B1,
+                input_ids=tokens_BT[live.row_B, position, None],
+                attention_mask=live.mask_BL[:, : prompt_width + position + 1],
+                position_ids=live.position_B1,
                 use_cache=True,
                 **{prefill.cache_name: prefill.kv_cache},
             ).logits[:, -1, :]
-            next_position_B1 = next_position_B1 + 1
+            live.position_B1 = live.position_B1 + 1
+        used = max(int(masks_BT.sum(dim=1).max()), 1)  # the columns some row wrote into
         return Rollout(
             prompt_ids_BP=prefill.prompt_ids_BP,
             prompt_mask_BP=prefill.prompt_mask_BP,
-            completion_ids_BT=torch.stack(tokens, dim=1),
-            completion_mask_BT=torch.stack(masks, dim=1),
-            sampler_logp_BT=torch.stack(logps, dim=1),
+            completion_ids_BT=tokens_BT[:, :used],
+            completion_mask_BT=masks_BT[:, :used],
+            sampler_logp_BT=logps_BT[:, :used],
             stopped_B=stopped_B,
         )
 
+    def _stop_or_compact(self, live: _LiveRows, prefill: _Prefill) -> bool:
+        """True when decoding may stop; else the ended rows leave the batch."""
+        finished = bool(live.done_B.all())
+        if self.all_done is not None:  # FSDP: every process runs the same forwards, all rows
+            return self.all_done(finished)
+        if finished:
+            return True
+        if bool(live.done_B.any()):
+            live.keep(~live.done_B, prefill.kv_cache)
+        return False
+
     def _hits_stop_string(
-        self, tokens: list[torch.Tensor], done_B: torch.Tensor, stop_strings: tuple[str, ...]
+        self, ids_BT: torch.Tensor, done_B: torch.Tensor, stop_strings: tuple[str, ...]
     ) -> torch.Tensor:
-        ids_BT = torch.stack(tokens, dim=1).tolist()
         hits = [
             (not done) and any(s in self.decode(row) for s in stop_strings)
-            for row, done in zip(ids_BT, done_B.tolist(), strict=True)
+            for row, done in zip(ids_BT.tolist(), done_B.tolist(), strict=True)
         ]
         return torch.tensor(hits, dtype=torch.bool, device=done_B.device)

@@ -182,9 +182,8 @@ class HFTurnSession(TurnSession):
                 index_B = torch.tensor(live, device=device)
                 columns = (column_B + count_B).clamp(max=self.noise_BT.shape[1] - 1)
                 noise_B = self.noise_BT[index_B, columns]
-            token_B, logp_BV = next_token(logits_BV, noise_B, params)
+            token_B, picked_B = next_token(logits_BV, noise_B, params)
             active_B = ~done_B
-            picked_B = logp_BV.gather(1, token_B[:, None]).squeeze(1)
             for b in active_B.nonzero().flatten().tolist():
                 turn[b].append(int(token_B[b]))
                 logps[b].append(float(picked_B[b]))
