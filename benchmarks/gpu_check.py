@@ -38,33 +38,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from rollout_speed import alternating_medians, engine_seconds, generate_seconds
-from trl_compare import build_tokenizer, run_child, write_prompts
+from trl_compare import build_model_dir, run_child, write_prompts
 
 QWEN_05B = {"hidden": 896, "intermediate": 4864, "layers": 24, "heads": 14, "kv_heads": 2}
 DRY = {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "kv_heads": 2}
-
-
-def build_model_dir(directory: Path, shape: dict[str, int], vocab: int, dtype: str) -> None:
-    """A word-level tokenizer and a random model of ``shape``, saved in ``dtype``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = build_tokenizer(directory, vocab)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=shape["hidden"],
-        intermediate_size=shape["intermediate"],
-        num_hidden_layers=shape["layers"],
-        num_attention_heads=shape["heads"],
-        num_key_value_heads=shape["kv_heads"],
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
-    model.save_pretrained(str(directory), safe_serialization=True)
 
 
 def rollout_check(model_dir: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
@@ -186,7 +163,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model_dir = work / "model"
-        build_model_dir(model_dir, shape, args.vocab, args.dtype)
+        build_model_dir(model_dir, args.vocab, 2048, shape, tied=True, dtype=args.dtype)
         rollout = rollout_check(model_dir, args, device)
         print(f"rollout: {rollout}", flush=True)
         training = training_check(model_dir, work, args, device)

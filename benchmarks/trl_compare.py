@@ -63,26 +63,36 @@ def build_tokenizer(directory: Path, vocab: int) -> Any:
     return tokenizer
 
 
-def build_model_dir(directory: Path, vocab: int, max_positions: int) -> None:
-    """:func:`build_tokenizer` and a random untied Llama of :data:`MODEL`'s shape."""
+def build_model_dir(
+    directory: Path,
+    vocab: int,
+    max_positions: int,
+    shape: dict[str, int] | None = None,
+    tied: bool = False,
+    dtype: str = "float32",
+) -> None:
+    """:func:`build_tokenizer` and a random Llama of ``shape`` (:data:`MODEL`'s by default;
+    ``kv_heads`` defaults to ``heads``), saved in ``dtype``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    shape = shape or MODEL
     tokenizer = build_tokenizer(directory, vocab)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=vocab,
-        hidden_size=MODEL["hidden"],
-        intermediate_size=MODEL["intermediate"],
-        num_hidden_layers=MODEL["layers"],
-        num_attention_heads=MODEL["heads"],
-        num_key_value_heads=MODEL["heads"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape.get("kv_heads", shape["heads"]),
         max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    LlamaForCausalLM(config).save_pretrained(str(directory), safe_serialization=True)
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+    model.save_pretrained(str(directory), safe_serialization=True)
 
 
 def write_prompts(path: Path, vocab: int, prompt_tokens: int) -> None:
