@@ -21,7 +21,7 @@ from grpo.data.dataset import PromptDataset
 from grpo.data.sampler import PromptSampler
 from grpo.eval.reasoning import self_corrects, thinking_chars
 from grpo.rewards.runner import RewardError, RewardFunction, score_completions
-from grpo.rollout.engine import RolloutEngine, SamplingParams
+from grpo.rollout.engine import Rollout, RolloutEngine, SamplingParams
 from grpo.rollout.turns import TurnEngine
 from grpo.training.distributed import Dist
 from grpo.training.rounds import (
@@ -120,7 +120,11 @@ def generate_round(
         scores = score_completions(rewards, prompts, completions, columns)
         if agent is not None:
             scores.skip_B |= torch.tensor(agent.skip, dtype=torch.bool)
-            scores.metrics.update(agent.metrics)
+            # The step's share of inserted tokens is a ratio of sums over every process's
+            # rows (step_metrics, from env_tokens_B), not a mean of per-process ratios.
+            scores.metrics.update(
+                {k: v for k, v in agent.metrics.items() if k != "agent/env_token_frac"}
+            )
     except RewardError as error:
         if not dist.enabled:
             raise
@@ -136,6 +140,7 @@ def generate_round(
         if rollouts.accuracy_reward
         else None,
         **text_features(completions, rollouts.self_correction),
+        env_tokens_B=None if agent is None else _inserted_tokens(rollout),
     )
     results = RowResults(**dist.gather_columns(local.columns()))
     if rollouts.overlong_buffer > 0:  # on the whole round's rows: the same in every process
@@ -145,6 +150,11 @@ def generate_round(
         )
     groups = Groups.of(results.reward_B, results.skip_B, group_size)
     return Round(indices, rollout, prompts, completions, scores, results, groups)
+
+
+def _inserted_tokens(rollout: Rollout) -> torch.Tensor:
+    """Per row: the completion columns' tokens that tools and the environment inserted."""
+    return (rollout.real_mask_BT.sum(dim=1) - rollout.completion_mask_BT.sum(dim=1)).cpu()
 
 
 def _environment_reward(

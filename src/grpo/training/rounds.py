@@ -31,6 +31,7 @@ class RowResults:
     overlong_penalty_B: torch.Tensor | None = None  # DAPO's shaping, already in reward_B
     think_chars_B: torch.Tensor | None = None  # float32: <think> characters; −1 = no block
     self_correction_B: torch.Tensor | None = None  # bool: a self-correction phrase occurs
+    env_tokens_B: torch.Tensor | None = None  # int64: tokens tools/environment inserted
 
     def with_overlong_penalty(self, max_length: int, buffer: int, penalty: float) -> RowResults:
         """DAPO's overlong penalty (:func:`~grpo.algo.overlong.overlong_penalty`) added to

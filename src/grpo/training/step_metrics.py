@@ -48,6 +48,9 @@ def step_metrics(
     }
     if results.overlong_penalty_B is not None:
         metrics["reward/overlong_penalty"] = results.overlong_penalty_B.mean().item()
+    if results.env_tokens_B is not None:  # multi-turn: Σ inserted / Σ (inserted + model)
+        inserted = results.env_tokens_B.sum().item()
+        metrics["agent/env_token_frac"] = inserted / max(inserted + length_B.sum().item(), 1.0)
     if selection.dropped_rows is not None:
         metrics["truncated_masked"] = float(selection.dropped_rows)
     return metrics

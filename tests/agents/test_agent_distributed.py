@@ -1,0 +1,204 @@
+"""Multi-turn rollouts over several processes: a 2-process run is the 1-process run.
+
+In process: a block of rows (what one process rolls out) has exactly the ids, masks and
+sampler log-probs of the same rows of the whole batch, wherever the block is cut (a group
+split between blocks included). End to end: real ``torchrun --nproc_per_node 2`` jobs on
+an environment + tools config give the conversations, rewards, metrics (``agent/*``
+included) and weights of the 1-process run after 2 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo.agents.chat import ChatFormat
+from grpo.agents.parser import parse_xml_json
+from grpo.agents.rollout import AgentSettings, agent_rollout
+from grpo.agents.tools import tool_schema
+from grpo.rollout.engine import SamplingParams
+
+from .conftest import ascii_tokenizer
+from .helpers import Echo
+
+MODULE = """
+import json, os
+
+DIGITS = set("0123456789")
+
+
+class DigitGame:
+    def __init__(self, row):
+        self.prompt, self.said = row["prompt"], ""
+
+    def reset(self):
+        return [{"role": "user", "content": self.prompt}]
+
+    def step(self, text):
+        first = not self.said
+        self.said += text
+        if first:
+            return "More digits!", None, False
+        return None, sum(c in DIGITS for c in self.said) / max(len(self.said), 1), True
+
+
+def add(a: int, b: int) -> int:
+    \"\"\"Add two integers.\"\"\"
+    return a + b
+
+
+def turns(prompts, completions, conversation, **_):
+    rewards = [float(sum(m["role"] == "assistant" for m in c)) for c in conversation]
+    path = os.environ.get("GRPO_TEST_DUMP")
+    if path:
+        with open(f"{path}.{os.environ.get('RANK', '0')}", "a") as handle:
+            record = {"conversation": conversation, "completions": completions, "turns": rewards}
+            handle.write(json.dumps(record) + "\\n")
+    return rewards
+"""
+
+STOP_STRINGS = ("a", "e", "i", "o", "u", "1", "2", "3", "4", "5", " ")  # turns end early
+
+
+def _run(tmp_path: Path, model_dir: Path, data: Path, processes: int, name: str):
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "GRPO_TEST_DUMP": str(tmp_path / f"{name}.dump"),
+    }
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    launcher = [sys.executable, "-m", "grpo"]
+    if processes > 1:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        launcher += ["--nproc_per_node", str(processes), "-m", "grpo"]
+    config = tmp_path / "grpo.toml"
+    config.write_text(f'[model]\npath = "{model_dir}"\n')
+    overrides = [
+        f"--data.train_path={data}",
+        "--agent.environment=agent_env:DigitGame",
+        "--agent.tools=['agent_env:add']",
+        "--agent.max_turns=3",
+        "--rewards=[{function='agent_env:turns', weight=0.0}]",
+        "--rollout.group_size=2",
+        "--rollout.max_new_tokens=5",
+        f"--rollout.stop_strings={list(STOP_STRINGS)}",
+        "--algorithm.beta=0.04",
+        "--optim.lr=1e-3",  # Adam at 1e-2 turns float-order noise into 1e-5
+        "--train.steps=2",
+        "--train.prompts_per_step=3",  # 6 rows, 3 per process: prompt 1's group is split
+        "--train.sequences_per_micro_batch=2",
+        f"--train.run_dir={tmp_path / name}",
+        "--train.progress=false",
+        "--train.tensorboard=false",
+    ]
+    result = subprocess.run(
+        [*launcher, "train", str(config), *overrides],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def _dumps(path: Path, processes: int) -> list[dict]:
+    """Per scoring call (one per step here): the step's records, processes in rank order."""
+    per_rank = [
+        [json.loads(line) for line in Path(f"{path}.{rank}").read_text().splitlines()]
+        for rank in range(processes)
+    ]
+    return [
+        {key: [v for record in records for v in record[key]] for key in records[0]}
+        for records in zip(*per_rank, strict=True)
+    ]
+
+
+def test_two_processes_roll_out_and_train_multi_turn_as_one(ascii_model_dir, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    (tmp_path / "agent_env.py").write_text(MODULE)
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say {n}{n}"}) + "\n" for n in range(6)))
+    _run(tmp_path, ascii_model_dir, data, 1, "one")
+    two = _run(tmp_path, ascii_model_dir, data, 2, "two")
+    assert "2 processes × " in two.stdout
+    single, double = _dumps(tmp_path / "one.dump", 1), _dumps(tmp_path / "two.dump", 2)
+    assert len(single) == 2 and double == single  # every conversation and reward, row for row
+    assert max(t for step in single for t in step["turns"]) > 1  # the rows went multi-turn
+
+    def metrics(name: str) -> list[dict[str, float]]:
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    for row_1, row_2 in zip(metrics("one"), metrics("two"), strict=True):
+        assert set(row_1) == set(row_2) and "agent/env_token_frac" in row_1
+        for key, value in row_1.items():
+            if not (key.startswith("time/") or key.endswith("seconds")):
+                assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    weights_1 = load_file(tmp_path / "one" / "final" / "model.safetensors")
+    weights_2 = load_file(tmp_path / "two" / "final" / "model.safetensors")
+    for name, tensor in weights_1.items():
+        assert torch.allclose(tensor, weights_2[name], atol=1e-5, rtol=0), name
+    initial = load_file(ascii_model_dir / "model.safetensors")
+    assert any(not torch.equal(initial[name], weights_1[name]) for name in initial)
+
+
+def test_a_block_of_rows_rolls_out_as_in_the_whole_batch(ascii_model_dir) -> None:
+    """3 prompts × G = 2 with an environment: blocks [0, 3) and [3, 6) (prompt 1's group
+    split) have the whole batch's ids, masks and log-probs row for row."""
+    from transformers import AutoModelForCausalLM
+
+    from grpo.rollout.hf_engine import TransformersEngine
+
+    tokenizer = ascii_tokenizer()
+    engine = TransformersEngine(
+        AutoModelForCausalLM.from_pretrained(ascii_model_dir),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids={tokenizer.eos_token_id},
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    )
+    settings = AgentSettings(
+        chat=ChatFormat(tokenizer, [tool_schema(_add)]),
+        tools={"add": _add},
+        parser=parse_xml_json,
+        environment=Echo,
+        max_turns=3,
+    )
+    records = [{"prompt": f"Say {n}"} for n in range(3)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=5, stop_strings=STOP_STRINGS)
+
+    def rollout(rows: range):
+        generator = torch.Generator().manual_seed(5)
+        return agent_rollout(engine, records, 2, params, generator, rows, settings)
+
+    whole = rollout(range(6))
+    assert whole.metrics["agent/turns/mean"] > 1
+    for rows in (range(0, 3), range(3, 6)):
+        block = rollout(rows)
+        assert block.conversations == whole.conversations[rows.start : rows.stop]
+        for own, row in enumerate(rows):
+            width = int(whole.rollout.attention_mask_BT[row].sum())
+            assert int(block.rollout.attention_mask_BT[own].sum()) == width
+            for field in ("completion_ids_BT", "completion_mask_BT", "sampler_logp_BT"):
+                mine = getattr(block.rollout, field)[own, :width]
+                theirs = getattr(whole.rollout, field)[row, :width]
+                assert torch.allclose(mine.float(), theirs.float(), atol=1e-5), (field, row)
+            assert block.rollout.stopped_B[own] == whole.rollout.stopped_B[row]
+        assert block.metrics["agent/turns/mean"] == pytest.approx(
+            sum(len([m for m in c if m["role"] == "assistant"]) for c in block.conversations) / 3
+        )
+
+
+def _add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
