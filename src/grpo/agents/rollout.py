@@ -27,6 +27,7 @@ from grpo.agents.calls import CallTimeout, call_with_timeout, execute_call
 from grpo.agents.chat import ChatFormat
 from grpo.agents.environment import Environment, EnvironmentError_, check_step, group_copies
 from grpo.agents.parser import Parsed
+from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import Rollout, RolloutRequest, SamplingParams
 from grpo.rollout.turns import Trajectory, TurnEngine, assemble_trajectories
 
@@ -69,6 +70,11 @@ class AgentRollout:
     env_rewarded: bool  # some environment gave a reward
     skip: list[bool]  # an environment failed under env_on_error = "skip_group"
     metrics: dict[str, float]
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        """What reward functions get beside the dataset's columns, one value per row."""
+        return {"conversation": self.conversations, "env_reward": self.env_reward}
 
 
 @dataclass
@@ -215,6 +221,7 @@ def _result(
     metrics = {
         "agent/turns/mean": sum(len(s.turns) for s in states) / rows,
         "agent/tool_calls/mean": sum(s.tool_calls for s in states) / rows,
+        "agent/tool_call_frac": sum(s.tool_calls > 0 for s in states) / rows,
         "agent/env_token_frac": inserted / max(real, 1),
         "agent/cut_at_max_turns_frac": counts["cut"] / rows,
         "agent/tool/seconds": counts["seconds"],
@@ -229,3 +236,15 @@ def _result(
         skip=[s.failed and settings.env_on_error == "skip_group" for s in states],
         metrics=metrics,
     )
+
+
+def _environment_reward(
+    prompts: list[str], completions: list[str], env_reward: list[float], **_: Any
+) -> list[float]:
+    """The environment's own rewards, summed over the row's steps (0.0 without any)."""
+    return env_reward
+
+
+# Scored with the configured rewards when an environment is set (weight 1 in the total);
+# logged as reward/environment/… like any reward. Its column: AgentRollout.env_reward.
+ENVIRONMENT_REWARD = RewardFunction(name="environment", fn=_environment_reward)

@@ -1,19 +1,23 @@
 """Evaluation: greedy accuracy, and pass@k from sampled completions (``grpo eval``).
 
 A completion is correct when the correctness reward (``eval.reward``, or the first
-accuracy reward) scores it ≥ 1.
+accuracy reward) scores it ≥ 1. With agent settings (the ``[agent]`` section) each
+completion is a multi-turn trajectory (:mod:`grpo.agents.rollout`): the model's turns are
+the completion, rewards also get the conversation, an environment's own reward is scored
+as ``environment``, and the agent metrics (``agent/*``) are reported.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
+from grpo.agents.rollout import ENVIRONMENT_REWARD, AgentSettings, agent_rollout
 from grpo.config import ConfigError, DataConfig
 from grpo.data.dataset import PromptDataset, load_dataset_for
 from grpo.models.loading import eos_token_ids
@@ -142,6 +146,8 @@ class EvalReport:
     sample_correct_counts: list[int] = field(default_factory=list)  # c per prompt
     sampled_reward_means: dict[str, float] = field(default_factory=dict)
     pass_at: dict[int, float] = field(default_factory=dict)  # k → mean over prompts
+    greedy_agent_metrics: dict[str, float] = field(default_factory=dict)  # agent/* (multi-turn)
+    sampled_agent_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def greedy_accuracy(self) -> float:
@@ -155,6 +161,8 @@ class EvalReport:
             "pass@1_greedy": self.greedy_accuracy,
             "reward_means_greedy": self.greedy_reward_means,
         }
+        if self.greedy_agent_metrics:
+            result["agent_greedy"] = self.greedy_agent_metrics
         if self.samples:
             result |= {
                 "samples": self.samples,
@@ -162,6 +170,8 @@ class EvalReport:
                 "pass@k": {str(k): value for k, value in self.pass_at.items()},
                 "reward_means_sampled": self.sampled_reward_means,
             }
+            if self.sampled_agent_metrics:
+                result["agent_sampled"] = self.sampled_agent_metrics
         return result
 
     def table(self) -> str:
@@ -172,6 +182,11 @@ class EvalReport:
             rows.append((f"mean {name} (greedy)", f"{value:.4g}"))
         for name, value in self.sampled_reward_means.items():
             rows.append((f"mean {name} (sampled)", f"{value:.4g}"))
+        for kind, metrics in (
+            ("greedy", self.greedy_agent_metrics),
+            ("sampled", self.sampled_agent_metrics),
+        ):
+            rows += [(f"{name} ({kind})", f"{value:.4g}") for name, value in metrics.items()]
         width = max(len(label) for label, _ in rows)
         lines = [
             f"{len(self.greedy_correct)} prompts of {self.source}; "
@@ -182,11 +197,43 @@ class EvalReport:
         return "\n".join(lines)
 
 
+@dataclass
+class _Samples:
+    """``per_prompt`` completions of every prompt, in prompt order."""
+
+    completions: list[str]
+    columns: dict[str, list[Any]] = field(default_factory=dict)  # multi-turn: conversation, …
+    metrics: dict[str, float] = field(default_factory=dict)  # multi-turn: agent/*
+
+
+def _sample(
+    engine: Any,
+    tokenizer: Any,
+    dataset: PromptDataset,
+    per_prompt: int,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    agent: AgentSettings | None,
+) -> _Samples:
+    """Single-turn completions, or multi-turn trajectories when ``agent`` is set."""
+    if agent is None:
+        rollout = engine.generate(dataset.prompt_token_ids, per_prompt, params, generator)
+        ids_BT, mask_BT = rollout.completion_ids_BT, rollout.completion_mask_BT
+        return _Samples(decode_completions(tokenizer, ids_BT, mask_BT))
+    records = [
+        {"prompt": prompt, **{name: values[i] for name, values in dataset.columns.items()}}
+        for i, prompt in enumerate(dataset.prompts)
+    ]
+    rows = range(len(records) * per_prompt)
+    result = agent_rollout(engine, records, per_prompt, params, generator, rows, agent)
+    return _Samples(result.completions, result.columns, result.metrics)
+
+
 def _score(
     rewards: Sequence[RewardFunction],
     correct: RewardFunction,
     dataset: PromptDataset,
-    completions: list[str],
+    samples: _Samples,
     per_prompt: int,
 ) -> tuple[dict[str, float], torch.Tensor]:
     """Per-reward means and the correct flags of ``per_prompt`` completions per prompt."""
@@ -196,14 +243,14 @@ def _score(
         for name, values in dataset.columns.items()
     }
     prompts = [prompt for prompt in dataset.prompts for _ in range(per_prompt)]
-    scores = score_completions(functions, prompts, completions, columns)
+    scores = score_completions(functions, prompts, samples.completions, columns | samples.columns)
     means = {f.name: scores.per_function[f.name].mean().item() for f in rewards}
     return means, scores.per_function[correct.name] >= 1.0
 
 
 @torch.no_grad()
 def evaluate_model(
-    model: nn.Module,
+    model: nn.Module | None,
     tokenizer: Any,
     dataset: PromptDataset,
     rewards: Sequence[RewardFunction],
@@ -217,17 +264,29 @@ def evaluate_model(
     top_k: int = 0,
     seed: int = 0,
     batch_size: int = 256,
+    agent: AgentSettings | None = None,
+    stop_strings: Sequence[str] = (),
+    engine: Any = None,
 ) -> EvalReport:
     """Greedy pass@1 and per-reward means; with ``samples`` = n > 0, also n sampled
-    completions per prompt, the unbiased pass@k for each k in ``ks`` and their means."""
-    greedy = greedy_completions(
+    completions per prompt, the unbiased pass@k for each k in ``ks`` and their means.
+    With ``agent``, multi-turn trajectories (``max_new_tokens`` per turn) and their
+    agent metrics. ``engine``: what samples (default: the built-in engine on ``model``)."""
+    for k in ks if samples > 0 else ():
+        if not 1 <= k <= samples:
+            raise ValueError(f"pass@{k} needs 1 ≤ k ≤ samples = {samples}")
+    engine = engine or TransformersEngine(
         model,
-        tokenizer,
-        dataset.prompt_token_ids,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=eos_token_ids(model, tokenizer),
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        max_sequences_per_batch=batch_size,
     )
-    greedy_means, greedy_correct = _score(rewards, correct, dataset, greedy, 1)
+    if agent is not None and agent.environment is not None:
+        rewards = [*rewards, ENVIRONMENT_REWARD]
+    greedy = SamplingParams(0.0, max_new_tokens=max_new_tokens, stop_strings=tuple(stop_strings))
+    greedy_samples = _sample(engine, tokenizer, dataset, 1, greedy, None, agent)
+    greedy_means, greedy_correct = _score(rewards, correct, dataset, greedy_samples, 1)
     report = EvalReport(
         source=dataset.source,
         correct_reward=correct.name,
@@ -235,26 +294,16 @@ def evaluate_model(
         greedy_reward_means=greedy_means,
         samples=samples,
         temperature=temperature,
+        greedy_agent_metrics=greedy_samples.metrics,
     )
     if samples <= 0:
         return report
-    for k in ks:
-        if not 1 <= k <= samples:
-            raise ValueError(f"pass@{k} needs 1 ≤ k ≤ samples = {samples}")
-    engine = TransformersEngine(
-        model,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_ids=eos_token_ids(model, tokenizer),
-        max_sequences_per_batch=batch_size,
-    )
-    params = SamplingParams(
-        temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens
-    )
-    device = next(model.parameters()).device
+    params = replace(greedy, temperature=temperature, top_p=top_p, top_k=top_k)
+    device = next(model.parameters()).device if model is not None else "cpu"
     generator = torch.Generator(device=device).manual_seed(seed)
-    rollout = engine.generate(dataset.prompt_token_ids, samples, params, generator)
-    sampled = decode_completions(tokenizer, rollout.completion_ids_BT, rollout.completion_mask_BT)
+    sampled = _sample(engine, tokenizer, dataset, samples, params, generator, agent)
     report.sampled_reward_means, correct_B = _score(rewards, correct, dataset, sampled, samples)
+    report.sampled_agent_metrics = sampled.metrics
     report.sample_correct_counts = correct_B.view(-1, samples).sum(dim=1).tolist()
     for k in ks:
         per_prompt = [pass_at_k(samples, c, k) for c in report.sample_correct_counts]

@@ -88,6 +88,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from grpo.eval.evaluate import correctness_reward, evaluate_model
     from grpo.models.loading import load_reference, load_tokenizer, pick_device
     from grpo.rewards.runner import resolve_reward_functions
+    from grpo.training.generate import agent_settings
 
     if _bad_overrides("eval", overrides):
         return 2
@@ -98,6 +99,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     model = load_reference(config.model, pick_device(config.model.device))  # frozen, eval mode
     rewards = resolve_reward_functions(config.rewards)
     ks = sorted({int(k) for k in args.k.split(",")}) if args.samples else []
+    agent = agent_settings(config.agent, tokenizer) if config.agent.enabled else None
     report = evaluate_model(
         model,
         tokenizer,
@@ -113,6 +115,9 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         top_p=config.rollout.top_p,
         top_k=config.rollout.top_k,
         seed=args.seed,
+        agent=agent,
+        # Turns end on the stop strings (a tool call's closing tag) as in training.
+        stop_strings=config.rollout.stop_strings if agent else (),
     )
     print(report.table())
     if args.json:

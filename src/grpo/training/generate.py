@@ -14,7 +14,12 @@ import torch
 from grpo.agents.chat import ChatFormat
 from grpo.agents.environment import resolve_environment
 from grpo.agents.parser import get_parser
-from grpo.agents.rollout import AgentRollout, AgentSettings, agent_rollout
+from grpo.agents.rollout import (
+    ENVIRONMENT_REWARD,
+    AgentRollout,
+    AgentSettings,
+    agent_rollout,
+)
 from grpo.agents.tools import resolve_tools, tool_schema
 from grpo.algo.groups import Groups
 from grpo.data.dataset import PromptDataset
@@ -102,7 +107,7 @@ def generate_round(
     if rollouts.agent is not None:
         agent = _agent_rollout(rollouts, indices, group_size, rows)
         rollout, completions = agent.rollout, agent.completions
-        columns |= {"conversation": agent.conversations, "env_reward": agent.env_reward}
+        columns |= agent.columns
         if rollouts.agent.environment is not None:
             rewards = [*rewards, ENVIRONMENT_REWARD]
     else:
@@ -155,17 +160,6 @@ def generate_round(
 def _inserted_tokens(rollout: Rollout) -> torch.Tensor:
     """Per row: the completion columns' tokens that tools and the environment inserted."""
     return (rollout.real_mask_BT.sum(dim=1) - rollout.completion_mask_BT.sum(dim=1)).cpu()
-
-
-def _environment_reward(
-    prompts: list[str], completions: list[str], env_reward: list[float], **_: Any
-) -> list[float]:
-    """The environment's own rewards, summed over the row's steps (0.0 without any)."""
-    return env_reward
-
-
-# Weight 1 in the total; logged as reward/environment/… like any reward.
-ENVIRONMENT_REWARD = RewardFunction(name="environment", fn=_environment_reward)
 
 
 def _agent_rollout(

@@ -1,0 +1,184 @@
+"""``grpo eval`` on multi-turn trajectories: the accuracy reward scores them, the agent
+metrics are reported.
+
+In process: a scripted engine whose answer reaches the conversation only through a tool
+call, with hand-counted accuracy, tool-call rate and error counts. End to end: ``grpo
+eval --config`` with an ``[agent]`` section on the tiny model, its numbers recomputed from
+the trajectories it produced.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from grpo.agents.chat import ChatFormat
+from grpo.agents.parser import parse_xml_json
+from grpo.agents.rollout import AgentSettings
+from grpo.agents.tools import tool_schema
+from grpo.eval.evaluate import evaluate_model
+from grpo.rewards.runner import RewardFunction
+from grpo.rollout.engine import RolloutRequest
+from grpo.rollout.turns import TurnEngine, TurnOutput, TurnSession
+
+from .conftest import ascii_tokenizer
+
+
+def mul(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+def tool_answer(
+    prompts: list[str],
+    completions: list[str],
+    conversation: list[list[dict]],
+    answer: list[str],
+    **_: Any,
+) -> list[float]:
+    """1 when a tool message holds the answer: the model cannot know it otherwise."""
+    return [
+        float(any(m["role"] == "tool" and m["content"] == a for m in messages))
+        for messages, a in zip(conversation, answer, strict=True)
+    ]
+
+
+# Per prompt: the first turn the scripted model writes (its second turn is "done").
+FIRST_TURNS = {
+    "12*34": '<tool_call>{"name": "mul", "arguments": {"a": 12, "b": 34}}</tool_call>',
+    "7*8": '<tool_call>{"name": "mul", "arguments": {"a": 7, "b": 9}}</tool_call>',
+    "5*5": "<tool_call>{oops</tool_call>",
+    "2*3": '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+    "9*9": "81",
+}
+
+
+class PromptScripted(TurnEngine):
+    """Writes FIRST_TURNS[prompt] on turn 0 and "done" after, each ended by EOS."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer, self.pad_token_id = tokenizer, tokenizer.pad_token_id
+
+    def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
+        engine, turns = self, {}
+        prompts = [self.tokenizer.decode(ids) for ids in request.prompt_token_ids]
+
+        class Session(TurnSession):
+            def generate(
+                self, rows: list[int], inserted: list[list[int]], max_new_tokens: list[int]
+            ) -> list[TurnOutput]:
+                outputs = []
+                for row in rows:
+                    turn = turns.get(row, 0)
+                    turns[row] = turn + 1
+                    prompt = prompts[(request.start + row) // request.group_size]
+                    first = next(t for p, t in FIRST_TURNS.items() if p in prompt)
+                    ids = engine.tokenizer(first if turn == 0 else "done")["input_ids"]
+                    ids = [*ids, engine.tokenizer.eos_token_id]
+                    outputs.append(TurnOutput(ids, [-1.0] * len(ids), True))
+                return outputs
+
+        return Session()
+
+
+def test_multi_turn_eval_scores_trajectories_and_counts_tool_use(tmp_path) -> None:
+    from grpo.data.dataset import load_prompt_dataset
+
+    tokenizer = ascii_tokenizer()
+    answers = {"12*34": "408", "7*8": "56", "5*5": "25", "2*3": "6", "9*9": "81"}
+    data = tmp_path / "mul.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in answers.items())
+    )
+    dataset = load_prompt_dataset(data, tokenizer)
+    settings = AgentSettings(
+        chat=ChatFormat(tokenizer, [tool_schema(mul)]),
+        tools={"mul": mul},
+        parser=parse_xml_json,
+        max_turns=3,
+    )
+    correct = RewardFunction(name="tool_answer", fn=tool_answer)
+    report = evaluate_model(
+        None, tokenizer, dataset, [correct], correct, max_new_tokens=80, samples=2, ks=[1, 2],
+        agent=settings, engine=PromptScripted(tokenizer),
+    )  # fmt: skip
+    # Only 12*34 gets its answer (408) from the tool; 7*8 asked for 7*9 = 63; 5*5 wrote
+    # broken JSON; 2*3 called an unknown tool; 9*9 answered in its head (no tool message).
+    assert report.greedy_correct == [True, False, False, False, False]
+    assert report.greedy_reward_means == {"tool_answer": pytest.approx(1 / 5)}
+    expected = {
+        "agent/turns/mean": (2 + 2 + 2 + 2 + 1) / 5,  # a call, its result, then "done"
+        "agent/tool_calls/mean": 4 / 5,
+        "agent/tool_call_frac": 4 / 5,
+        "agent/malformed_json/errors": 1.0,
+        "agent/unknown_tool/errors": 1.0,
+        "agent/raised/errors": 0.0,
+        "agent/cut_at_max_turns_frac": 0.0,
+    }
+    for key, value in expected.items():
+        assert report.greedy_agent_metrics[key] == pytest.approx(value), key
+    # Sampled: the script ignores the noise, so 2 samples per prompt double the counts.
+    assert report.sample_correct_counts == [2, 0, 0, 0, 0]
+    assert report.pass_at == {1: pytest.approx(0.2), 2: pytest.approx(0.2)}
+    assert report.sampled_agent_metrics["agent/malformed_json/errors"] == 2.0
+    summary = report.summary()
+    assert summary["agent_greedy"]["agent/tool_call_frac"] == pytest.approx(0.8)
+    assert "agent/tool_call_frac (greedy)" in report.table()
+
+
+ENV_MODULE = """
+import json, os
+
+
+class Countdown:
+    def __init__(self, row):
+        self.prompt, self.left = row["prompt"], 2
+
+    def reset(self):
+        return [{"role": "user", "content": self.prompt}]
+
+    def step(self, text):
+        self.left -= 1
+        if self.left:
+            return f"{self.left} more", None, False
+        return None, 0.5, True
+
+
+def dumped_turns(prompts, completions, conversation, **_):
+    with open(os.environ["GRPO_EVAL_DUMP"], "a") as handle:
+        handle.write(json.dumps(conversation) + "\\n")
+    return [float(sum(m["role"] == "assistant" for m in c) >= 2) for c in conversation]
+"""
+
+
+def test_grpo_eval_runs_the_agent_section(ascii_model_dir, tmp_path, monkeypatch) -> None:
+    from grpo.tools.cli import main
+
+    (tmp_path / "eval_env.py").write_text(ENV_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("GRPO_EVAL_DUMP", str(tmp_path / "dump.jsonl"))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Say {n}"}) + "\n" for n in range(4)))
+    config = tmp_path / "grpo.toml"
+    config.write_text(
+        '[agent]\nenvironment = "eval_env:Countdown"\nmax_turns = 3\n'
+        '[[rewards]]\nfunction = "eval_env:dumped_turns"\naccuracy = true\n'
+        '[rollout]\nstop_strings = ["a", "e", "i", "o", "u", " ", "1", "2", "3"]\n'
+    )
+    out = tmp_path / "eval.json"
+    args = ["eval", str(ascii_model_dir), "--data", str(data), "--config", str(config)]
+    assert main([*args, "--max-new-tokens", "6", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    conversations = [
+        json.loads(line) for line in (tmp_path / "dump.jsonl").read_text().splitlines()
+    ]
+    greedy = conversations[0]  # the greedy pass's one scoring call: 4 trajectories
+    turns = [sum(m["role"] == "assistant" for m in c) for c in greedy]
+    assert len(greedy) == 4 and max(turns) >= 2  # it went multi-turn
+    assert result["pass@1_greedy"] == pytest.approx(sum(t >= 2 for t in turns) / 4)
+    assert result["agent_greedy"]["agent/turns/mean"] == pytest.approx(sum(turns) / 4)
+    # The environment's reward (0.5 once it ran out of turns) is scored as `environment`.
+    finished = sum(t == 2 for t in turns)  # Countdown ends a row on its 2nd step
+    assert result["reward_means_greedy"]["environment"] == pytest.approx(0.5 * finished / 4)
