@@ -111,7 +111,6 @@ def test_multi_turn_training_with_lora_dynamic_sampling_and_resume(
     [
         ("algorithm.estimator='ppo'", "algorithm.estimator"),
         ("distributed.strategy='fsdp'", "distributed.strategy"),
-        ("rollout.engine='vllm'", "rollout.engine"),
         ("data.chat_template=true", "data.chat_template"),
         ("agent.max_turns=0", "agent.max_turns"),
     ],

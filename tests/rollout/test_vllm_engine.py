@@ -176,20 +176,10 @@ class _FakeLLM:
 
 
 @pytest.fixture
-def fake_vllm(monkeypatch):
-    """`import vllm` gives the stand-in; CUDA 'is available'; torchrun variables isolated."""
-    module = SimpleNamespace(
-        LLM=_FakeLLM, SamplingParams=lambda **kwargs: SimpleNamespace(**kwargs)
-    )
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29500")
+def fake_vllm(install_vllm, monkeypatch):
+    """`import vllm` gives the stand-in (see conftest.py)."""
     monkeypatch.setattr(_FakeLLM, "old_version", False)
-    return module
+    return install_vllm(_FakeLLM)
 
 
 def _fake_engine(tiny_model_dir):

@@ -213,7 +213,10 @@ def _result(
     states: list[_Row], counts: dict[str, float], engine: Any, settings: AgentSettings
 ) -> AgentRollout:
     trajectories = [state.trajectory for state in states]
-    device = next(engine.model.parameters()).device if hasattr(engine, "model") else None
+    if hasattr(engine, "model"):
+        device = next(engine.model.parameters()).device
+    else:  # vLLM: where the trainer's tensors live
+        device = getattr(engine, "device", None)
     rollout = assemble_trajectories(trajectories, engine.pad_token_id, device or "cpu")
     real = sum(len(t.ids) for t in trajectories)
     inserted = real - sum(t.model_tokens for t in trajectories)

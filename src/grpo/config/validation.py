@@ -93,11 +93,6 @@ CROSS_FIELD: dict[str, Rule] = {
         lambda c: not (c.agent.enabled and c.distributed.strategy == "fsdp"),
         "agent (multi-turn rollouts) is not supported with distributed.strategy = 'fsdp'",
     ),
-    "agent_vllm": Rule(
-        lambda c: not (c.agent.enabled and c.rollout.engine == "vllm"),
-        "agent (multi-turn rollouts) needs rollout.engine = 'transformers' "
-        "(vLLM's turn-by-turn engine is not built yet)",
-    ),
     "agent_chat_template": Rule(
         lambda c: not (c.agent.enabled and c.data.chat_template),
         "agent renders the conversation itself (with the tokenizer's chat template when it "
@@ -186,7 +181,6 @@ _TABLE = """
     agent.env_timeout_s ≥ 0
     @agent_ppo
     @agent_fsdp
-    @agent_vllm
     @agent_chat_template
     @agent_overlong
 """

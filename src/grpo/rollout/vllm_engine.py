@@ -14,8 +14,12 @@ after temperature and top-k/top-p). The trainer recomputes its own log-probs for
 ratio; the sampler's only weight the loss through ``algorithm.sampler_correction`` (TIS by
 default with this engine), and their mean gap is logged as ``sampler_logp_gap``.
 
+Multi-turn rollouts (``[agent]``) go turn by turn through :meth:`VLLMEngine.start_turns`
+(:mod:`grpo.rollout.vllm_turns`): each turn resubmits every row's ids so far.
+
 Nothing here runs without a CUDA GPU and vLLM; the helpers that turn vLLM's requests and
-outputs into this project's layout are plain functions, tested on CPU.
+outputs into this project's layout are plain functions (:mod:`grpo.rollout.vllm_io`),
+tested on CPU.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,9 +36,11 @@ from grpo.rollout.engine import (
     Rollout,
     RolloutEngine,
     RolloutRequest,
-    SamplingParams,
     left_pad,
 )
+from grpo.rollout.turns import TurnEngine, TurnSession
+from grpo.rollout.vllm_io import Completion, completion_from_output, request_params
+from grpo.rollout.vllm_turns import VLLMTurnSession
 
 INSTALL_HINT = (
     "rollout.engine = 'vllm' needs vLLM and a CUDA GPU: pip install 'grpo[vllm]' "
@@ -55,50 +60,6 @@ def import_vllm() -> Any:
 
 
 # --- pure helpers (no vLLM needed) -----------------------------------------------------
-
-
-def request_params(
-    params: SamplingParams, eos_token_ids: set[int], seed: int | None
-) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.SamplingParams`` for one row (n = 1).
-
-    top_k 0 (off) is vLLM's -1; ``logprobs=0`` returns the sampled token's log-prob only.
-    EOS ids are stop tokens, and stop strings end a completion with the token that
-    completed them kept, as in the built-in engine.
-    """
-    return {
-        "n": 1,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "top_k": params.top_k if params.top_k > 0 else -1,
-        "max_tokens": params.max_new_tokens,
-        "stop": list(params.stop_strings) or None,
-        "stop_token_ids": sorted(eos_token_ids),
-        "include_stop_str_in_output": True,
-        "logprobs": 0,
-        "seed": seed,
-    }
-
-
-@dataclass
-class Completion:
-    """One row's output from vLLM: tokens (EOS included), their sampler log-probs, stopped."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    stopped: bool  # ended on EOS or a stop string (vLLM finish_reason "stop"), not on length
-
-
-def completion_from_output(output: Any) -> Completion:
-    """vLLM ``CompletionOutput`` → :class:`Completion` (the sampled token's log-prob per step)."""
-    token_ids = list(output.token_ids)
-    entries = output.logprobs or []
-    logprobs = [
-        float(entry[token].logprob) if entry is not None and token in entry else 0.0
-        for token, entry in zip(token_ids, entries, strict=False)
-    ]
-    logprobs += [0.0] * (len(token_ids) - len(logprobs))
-    return Completion(token_ids, logprobs, stopped=output.finish_reason == "stop")
 
 
 def assemble_rollout(
@@ -164,8 +125,10 @@ def hf_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 # --- the engine ------------------------------------------------------------------------
 
 
-class VLLMEngine(RolloutEngine):
-    """:class:`grpo.rollout.engine.RolloutEngine` on a colocated ``vllm.LLM``."""
+class VLLMEngine(RolloutEngine, TurnEngine):
+    """:class:`grpo.rollout.engine.RolloutEngine` on a colocated ``vllm.LLM``; also a
+    :class:`~grpo.rollout.turns.TurnEngine` for multi-turn rollouts
+    (:mod:`grpo.rollout.vllm_turns`)."""
 
     def __init__(
         self,
@@ -213,7 +176,7 @@ class VLLMEngine(RolloutEngine):
                 raise
             del arguments["logprobs_mode"]
             self.llm = vllm.LLM(**arguments)
-        self._sampling_params = vllm.SamplingParams
+        self.sampling_params = vllm.SamplingParams
 
     @classmethod
     def from_config(
@@ -245,41 +208,50 @@ class VLLMEngine(RolloutEngine):
         base = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device))
         prompts_B = [request.prompt_token_ids[row // group_size] for row in range(start, stop)]
         requests = [
-            self._sampling_params(
+            self.sampling_params(
                 **request_params(
                     params, self.eos_token_ids, None if params.temperature == 0 else base + row
                 )
             )
             for row in range(start, stop)
         ]
-        self._wake()
+        self.wake()
         outputs = self.llm.generate(
             [{"prompt_token_ids": ids} for ids in prompts_B],
             sampling_params=requests,
             use_tqdm=False,
         )
-        if self.sleep_between_rollouts:
-            self.llm.sleep(level=1)
-            self._asleep = True
+        self.rest()
         completions_B = [completion_from_output(output.outputs[0]) for output in outputs]
         return assemble_rollout(prompts_B, completions_B, self.pad_token_id, self.device)
+
+    def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
+        """Multi-turn rows: each turn resubmits every row's ids so far (the prefix cache
+        reuses what it computed), see :mod:`grpo.rollout.vllm_turns`."""
+        return VLLMTurnSession(self, request, max_model_tokens)
 
     def sync_weights(self, model: nn.Module) -> None:
         """Load ``model``'s current weights into vLLM (under FSDP: call on every process).
 
         The engine stays awake afterwards: the next thing it does is the next rollout.
         """
-        self._wake()
+        self.wake()
         target = _vllm_model(self.llm)
         for name, tensor in hf_weights(model):  # one tensor at a time: no second full copy
             target.load_weights([(name, tensor)])
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         if self._asleep:
             torch.cuda.empty_cache()
             self.llm.wake_up()
             self._asleep = False
+
+    def rest(self) -> None:
+        """After a rollout: sleep (level 1) when ``sleep``, so the update gets the memory."""
+        if self.sleep_between_rollouts:
+            self.llm.sleep(level=1)
+            self._asleep = True
 
 
 def _vllm_model(llm: Any) -> nn.Module:
