@@ -10,6 +10,7 @@ the trajectories it produced.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,53 +129,54 @@ def test_multi_turn_eval_scores_trajectories_and_counts_tool_use(tmp_path) -> No
     assert "agent/tool_call_frac (greedy)" in report.table()
 
 
-ENV_MODULE = """
-import json, os
-
-
 class Countdown:
-    def __init__(self, row):
+    """Two steps: an observation, then done with reward 0.5."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
         self.prompt, self.left = row["prompt"], 2
 
-    def reset(self):
+    def reset(self) -> list[dict[str, Any]]:
         return [{"role": "user", "content": self.prompt}]
 
-    def step(self, text):
+    def step(self, text: str) -> tuple[str | None, float | None, bool]:
         self.left -= 1
-        if self.left:
-            return f"{self.left} more", None, False
-        return None, 0.5, True
+        return (f"{self.left} more", None, False) if self.left else (None, 0.5, True)
 
 
-def dumped_turns(prompts, completions, conversation, **_):
-    with open(os.environ["GRPO_EVAL_DUMP"], "a") as handle:
-        handle.write(json.dumps(conversation) + "\\n")
+SCORED: list[list[dict]] = []  # what dumped_turns saw, call after call
+
+
+def dumped_turns(prompts, completions, conversation, **_) -> list[float]:
+    """Correct: at least two assistant turns."""
+    SCORED.append(conversation)
     return [float(sum(m["role"] == "assistant" for m in c) >= 2) for c in conversation]
-"""
 
 
-def test_grpo_eval_runs_the_agent_section(ascii_model_dir, tmp_path, monkeypatch) -> None:
-    from grpo.tools.cli import main
-
-    (tmp_path / "eval_env.py").write_text(ENV_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("GRPO_EVAL_DUMP", str(tmp_path / "dump.jsonl"))
+def _prompts(tmp_path: Path) -> Path:
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say {n}"}) + "\n" for n in range(4)))
+    return data
+
+
+STOPS = ["a", "e", "i", "o", "u", " ", "1", "2", "3"]  # turns end early: rows go multi-turn
+
+
+def test_grpo_eval_runs_the_agent_section(ascii_model_dir, tmp_path) -> None:
+    from grpo.tools.cli import main
+
+    SCORED.clear()
     config = tmp_path / "grpo.toml"
     config.write_text(
-        '[agent]\nenvironment = "eval_env:Countdown"\nmax_turns = 3\n'
-        '[[rewards]]\nfunction = "eval_env:dumped_turns"\naccuracy = true\n'
-        '[rollout]\nstop_strings = ["a", "e", "i", "o", "u", " ", "1", "2", "3"]\n'
+        f'[agent]\nenvironment = "{__name__}:Countdown"\nmax_turns = 3\n'
+        f'[[rewards]]\nfunction = "{__name__}:dumped_turns"\naccuracy = true\n'
+        f"[rollout]\nstop_strings = {json.dumps(STOPS)}\n"
     )
     out = tmp_path / "eval.json"
+    data = _prompts(tmp_path)
     args = ["eval", str(ascii_model_dir), "--data", str(data), "--config", str(config)]
     assert main([*args, "--max-new-tokens", "6", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    conversations = [
-        json.loads(line) for line in (tmp_path / "dump.jsonl").read_text().splitlines()
-    ]
-    greedy = conversations[0]  # the greedy pass's one scoring call: 4 trajectories
+    greedy = SCORED[0]  # the greedy pass's one scoring call: 4 trajectories
     turns = [sum(m["role"] == "assistant" for m in c) for c in greedy]
     assert len(greedy) == 4 and max(turns) >= 2  # it went multi-turn
     assert result["pass@1_greedy"] == pytest.approx(sum(t >= 2 for t in turns) / 4)
@@ -182,3 +184,37 @@ def test_grpo_eval_runs_the_agent_section(ascii_model_dir, tmp_path, monkeypatch
     # The environment's reward (0.5 once it ran out of turns) is scored as `environment`.
     finished = sum(t == 2 for t in turns)  # Countdown ends a row on its 2nd step
     assert result["reward_means_greedy"]["environment"] == pytest.approx(0.5 * finished / 4)
+
+
+def test_held_out_accuracy_during_training_is_multi_turn(ascii_model_dir, tmp_path) -> None:
+    """The trainer's eval.path evaluator rolls out greedy trajectories under [agent]."""
+    from grpo.config import load_config
+    from grpo.training.loop import train
+
+    SCORED.clear()
+    data = _prompts(tmp_path)
+    config = load_config(
+        None,
+        [
+            f"model.path='{ascii_model_dir}'",
+            f"data.train_path='{data}'",
+            f"eval.path='{data}'",
+            "eval.every=1",
+            f"agent.environment='{__name__}:Countdown'",
+            "agent.max_turns=3",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=6",
+            f"rollout.stop_strings={STOPS}",
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            f"train.run_dir='{tmp_path / 'run'}'",
+            "train.progress=false",
+            "train.tensorboard=false",
+        ],
+    )
+    correct = RewardFunction(name="dumped_turns", fn=dumped_turns, accuracy=True)
+    result = train(config, reward_functions=[correct], verbose=False)
+    evaluated = SCORED[-1]  # the last scoring call: the held-out greedy pass, 4 prompts
+    turns = [sum(m["role"] == "assistant" for m in c) for c in evaluated]
+    assert len(evaluated) == 4 and max(turns) >= 2
+    assert result.history[-1]["eval/accuracy"] == pytest.approx(sum(t >= 2 for t in turns) / 4)

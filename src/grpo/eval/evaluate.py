@@ -62,8 +62,18 @@ def greedy_accuracy(
     *,
     max_new_tokens: int,
     all_done: Callable[[bool], bool] | None = None,
+    agent: AgentSettings | None = None,
+    stop_strings: Sequence[str] = (),
 ) -> float:
-    """Mean over prompts of [reward(greedy completion) ≥ 1]."""
+    """Mean over prompts of [reward(greedy completion) ≥ 1]; with ``agent``, of greedy
+    multi-turn trajectories (``max_new_tokens`` per turn, turns ended by ``stop_strings``)."""
+    if agent is not None:
+        engine = _engine(model, tokenizer, 256)
+        greedy = SamplingParams(
+            0.0, max_new_tokens=max_new_tokens, stop_strings=tuple(stop_strings)
+        )
+        samples = _sample(engine, tokenizer, dataset, 1, greedy, None, agent)
+        return _score([], reward, dataset, samples, 1)[1].float().mean().item()
     completions = greedy_completions(
         model, tokenizer, dataset.prompt_token_ids, max_new_tokens=max_new_tokens, all_done=all_done
     )
@@ -92,9 +102,11 @@ def held_out_evaluator(
     *,
     max_new_tokens: int,
     all_done: Callable[[bool], bool] | None = None,
+    agent: AgentSettings | None = None,
+    stop_strings: Sequence[str] = (),
 ) -> Callable[[nn.Module], float] | None:
     """A function policy → greedy accuracy on the prompts at ``path`` (formatted as
-    ``data`` says), or None when ``path`` is empty.
+    ``data`` says), or None when ``path`` is empty; multi-turn trajectories with ``agent``.
 
     Under several processes each evaluates the whole set (same prompts, same result), so
     none waits for another; under FSDP ``all_done`` keeps them decoding in lockstep, since
@@ -106,7 +118,14 @@ def held_out_evaluator(
 
     def evaluate(policy: nn.Module) -> float:
         return greedy_accuracy(
-            policy, tokenizer, dataset, reward, max_new_tokens=max_new_tokens, all_done=all_done
+            policy,
+            tokenizer,
+            dataset,
+            reward,
+            max_new_tokens=max_new_tokens,
+            all_done=all_done,
+            agent=agent,
+            stop_strings=stop_strings,
         )
 
     return evaluate
@@ -197,6 +216,17 @@ class EvalReport:
         return "\n".join(lines)
 
 
+def _engine(model: nn.Module, tokenizer: Any, batch_size: int) -> TransformersEngine:
+    """The built-in engine on ``model``, able to end turns on stop strings."""
+    return TransformersEngine(
+        model,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=eos_token_ids(model, tokenizer),
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        max_sequences_per_batch=batch_size,
+    )
+
+
 @dataclass
 class _Samples:
     """``per_prompt`` completions of every prompt, in prompt order."""
@@ -275,13 +305,7 @@ def evaluate_model(
     for k in ks if samples > 0 else ():
         if not 1 <= k <= samples:
             raise ValueError(f"pass@{k} needs 1 ≤ k ≤ samples = {samples}")
-    engine = engine or TransformersEngine(
-        model,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_ids=eos_token_ids(model, tokenizer),
-        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-        max_sequences_per_batch=batch_size,
-    )
+    engine = engine or _engine(model, tokenizer, batch_size)
     if agent is not None and agent.environment is not None:
         rewards = [*rewards, ENVIRONMENT_REWARD]
     greedy = SamplingParams(0.0, max_new_tokens=max_new_tokens, stop_strings=tuple(stop_strings))

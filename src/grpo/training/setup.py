@@ -223,6 +223,8 @@ def _evaluator(
         correctness_reward(config.eval.reward, rewards),
         max_new_tokens=config.eval.max_new_tokens or config.rollout.max_new_tokens,
         all_done=dist.all_done if dist.fsdp else None,
+        agent=agent_settings(config.agent, tokenizer) if config.agent.enabled else None,
+        stop_strings=config.rollout.stop_strings if config.agent.enabled else (),
     )
 
 
