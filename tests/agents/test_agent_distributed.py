@@ -66,7 +66,7 @@ def turns(prompts, completions, conversation, **_):
 STOP_STRINGS = ("a", "e", "i", "o", "u", "1", "2", "3", "4", "5", " ")  # turns end early
 
 
-def _run(tmp_path: Path, model_dir: Path, data: Path, processes: int, name: str):
+def _run(tmp_path: Path, model_dir: Path, data: Path, processes: int, name: str, *extra: str):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
@@ -98,6 +98,7 @@ def _run(tmp_path: Path, model_dir: Path, data: Path, processes: int, name: str)
         f"--train.run_dir={tmp_path / name}",
         "--train.progress=false",
         "--train.tensorboard=false",
+        *extra,
     ]
     result = subprocess.run(
         [*launcher, "train", str(config), *overrides],
@@ -123,23 +124,43 @@ def _dumps(path: Path, processes: int) -> list[dict]:
     ]
 
 
-def test_two_processes_roll_out_and_train_multi_turn_as_one(ascii_model_dir, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        # Refilled rounds (dynamic sampling) and a LoRA adapter, still a split group.
+        pytest.param(
+            (
+                "--algorithm.dynamic_sampling=true",
+                "--algorithm.max_generation_rounds=3",
+                "--model.lora_rank=4",
+            ),
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["plain", "dynamic-sampling-lora"],
+)
+def test_two_processes_roll_out_and_train_multi_turn_as_one(
+    ascii_model_dir, tmp_path, extra: tuple[str, ...]
+) -> None:
     from safetensors.torch import load_file
 
     (tmp_path / "agent_env.py").write_text(MODULE)
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say {n}{n}"}) + "\n" for n in range(6)))
-    _run(tmp_path, ascii_model_dir, data, 1, "one")
-    two = _run(tmp_path, ascii_model_dir, data, 2, "two")
+    _run(tmp_path, ascii_model_dir, data, 1, "one", *extra)
+    two = _run(tmp_path, ascii_model_dir, data, 2, "two", *extra)
     assert "2 processes × " in two.stdout
     single, double = _dumps(tmp_path / "one.dump", 1), _dumps(tmp_path / "two.dump", 2)
-    assert len(single) == 2 and double == single  # every conversation and reward, row for row
+    assert len(single) >= 2 and double == single  # every conversation and reward, row for row
     assert max(t for step in single for t in step["turns"]) > 1  # the rows went multi-turn
 
     def metrics(name: str) -> list[dict[str, float]]:
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         return [json.loads(line) for line in lines]
 
+    if extra:  # some step refilled
+        assert sum(row["generation_rounds"] for row in metrics("one")) == len(single) > 2
     for row_1, row_2 in zip(metrics("one"), metrics("two"), strict=True):
         assert set(row_1) == set(row_2) and "agent/env_token_frac" in row_1
         for key, value in row_1.items():
