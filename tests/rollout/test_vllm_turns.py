@@ -277,3 +277,43 @@ def test_the_trainer_rolls_out_multi_turn_on_vllm(
     llm = ModelLLM.instances[-1]
     assert llm.calls.count("reset") == len(trained)  # weights pushed after each update
     assert sum(1 for call in llm.calls if call == "generate") >= 2 * 2  # ≥ 2 turns a step
+
+
+def test_real_vllm_turns_score_as_the_trainer(tmp_path) -> None:
+    """On a GPU with vLLM: 3-turn rollouts whose sampler log-probs are the trainer's."""
+    pytest.importorskip("vllm")
+    if not torch.cuda.is_available():
+        pytest.skip("vLLM rollouts need a CUDA GPU")
+    from transformers import AutoModelForCausalLM
+
+    from grpo.demo.model import build_tiny_llama
+    from grpo.demo.tokenizer import build_char_tokenizer
+    from grpo.rollout.vllm_engine import VLLMEngine
+
+    tokenizer = build_char_tokenizer(tmp_path)
+    build_tiny_llama(tokenizer, hidden_size=256, layers=2, heads=4, directory=tmp_path)
+    engine = VLLMEngine(
+        str(tmp_path),
+        tokenizer_path=str(tmp_path),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids={tokenizer.eos_token_id},
+        device=torch.device("cuda"),
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+        max_model_len=256,
+    )
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, stop_strings=STOPS)
+    rollout = _roll(engine, tokenizer, params, range(6)).rollout
+    assert (rollout.attention_mask_BT - rollout.completion_mask_BT).sum() > 0  # inserted ids
+    policy = AutoModelForCausalLM.from_pretrained(tmp_path).cuda()
+    logp_BT, _ = completion_logprobs(
+        policy,
+        rollout.prompt_ids_BP,
+        rollout.prompt_mask_BP,
+        rollout.completion_ids_BT,
+        rollout.completion_mask_BT,
+        attention_mask_BT=rollout.attention_mask_BT,
+    )
+    scored = rollout.completion_mask_BT.bool()
+    gap = (logp_BT[scored] - rollout.sampler_logp_BT[scored]).abs().mean()
+    assert gap < 1e-2, f"sampler vs trainer log-prob gap {gap:.2e} over 3 turns"
