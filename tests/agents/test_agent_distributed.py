@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,9 +24,11 @@ from grpo.agents.parser import parse_xml_json
 from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import tool_schema
 from grpo.rollout.engine import SamplingParams
+from grpo.training.distributed import reduce_step_metrics
 
 from .conftest import ascii_tokenizer
 from .helpers import Echo
+from .test_agent_eval import PromptScripted, mul
 
 MODULE = """
 import json, os
@@ -223,3 +226,42 @@ def test_a_block_of_rows_rolls_out_as_in_the_whole_batch(ascii_model_dir) -> Non
 def _add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
+
+
+def test_agent_metrics_of_two_blocks_reduce_to_the_whole_batch() -> None:
+    """3 prompts × G = 2 split into blocks [0, 3) and [3, 6) (prompt 1's group split):
+    each process's agent metrics, reduced as the trainer reduces them, are the whole
+    batch's. Hand count: rows 0-1 write broken JSON, rows 2-3 call an unknown tool (each
+    then says "done": 2 turns), rows 4-5 answer at once (1 turn, no call)."""
+    tokenizer = ascii_tokenizer()
+    settings = AgentSettings(
+        chat=ChatFormat(tokenizer, [tool_schema(mul)]),
+        tools={"mul": mul},
+        parser=parse_xml_json,
+        max_turns=3,
+    )
+    records = [{"prompt": prompt} for prompt in ("5*5", "2*3", "9*9")]
+    params = SamplingParams(temperature=0.0, max_new_tokens=80)
+
+    def rollout(rows: range):
+        return agent_rollout(PromptScripted(tokenizer), records, 2, params, None, rows, settings)
+
+    whole, blocks = rollout(range(6)), [rollout(range(0, 3)), rollout(range(3, 6))]
+    dist = SimpleNamespace(
+        enabled=True,
+        gather_values=lambda metrics: {k: [b.metrics[k] for b in blocks] for k in metrics},
+    )
+    reduced, _, _ = reduce_step_metrics(dist, blocks[0].metrics, {}, {})
+    expected = {
+        "agent/malformed_json/errors": 2.0,
+        "agent/unknown_tool/errors": 2.0,
+        "agent/tool_calls/mean": 4 / 6,
+        "agent/tool_call_frac": 4 / 6,
+        "agent/turns/mean": (4 * 2 + 2 * 1) / 6,
+        "agent/cut_at_max_turns_frac": 0.0,
+    }
+    for key, value in expected.items():
+        assert whole.metrics[key] == pytest.approx(value), key
+    for key, value in whole.metrics.items():
+        if key not in ("agent/tool/seconds", "agent/env_token_frac"):  # see step_metrics
+            assert reduced[key] == pytest.approx(value), key
