@@ -74,7 +74,9 @@ class RolloutConfig:
     engine: Literal["transformers", "vllm"] = "transformers"  # vllm: GPU, `grpo[vllm]` extra
     vllm_gpu_memory_utilization: float = 0.3  # GPU share vLLM may take (it shares the GPU)
     vllm_sleep: bool = True  # free vLLM's GPU memory between rollouts (sleep mode)
-    vllm_max_model_len: int = 0  # 0 = data.max_prompt_tokens + rollout.max_new_tokens
+    # 0 = data.max_prompt_tokens + rollout.max_new_tokens; with [agent], per turn, plus
+    # agent.max_tool_response_tokens + 64 (set it when observations run longer)
+    vllm_max_model_len: int = 0
     vllm_enforce_eager: bool = False  # skip CUDA-graph capture: faster start, slower decoding
 
 

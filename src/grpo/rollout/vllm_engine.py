@@ -122,6 +122,17 @@ def hf_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             model.unmerge_adapter()
 
 
+def context_length(config: Any) -> int:
+    """vLLM's ``max_model_len`` when ``rollout.vllm_max_model_len`` is 0: the prompt and a
+    completion; with ``[agent]``, ``max_turns`` turns, each a completion, a tool result of
+    at most ``max_tool_response_tokens`` and 64 tokens of the chat template's markers."""
+    prompt, completion = config.data.max_prompt_tokens, config.rollout.max_new_tokens
+    agent = config.agent
+    if not agent.enabled:
+        return prompt + completion
+    return prompt + agent.max_turns * (completion + agent.max_tool_response_tokens + 64)
+
+
 # --- the engine ------------------------------------------------------------------------
 
 
@@ -192,8 +203,7 @@ class VLLMEngine(RolloutEngine, TurnEngine):
             device=device,
             dtype=config.model.dtype,
             gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
-            max_model_len=rollout.vllm_max_model_len
-            or config.data.max_prompt_tokens + rollout.max_new_tokens,
+            max_model_len=rollout.vllm_max_model_len or context_length(config),
             sleep=rollout.vllm_sleep,
             enforce_eager=rollout.vllm_enforce_eager,
             seed=config.train.seed,
