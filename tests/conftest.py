@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from subprocess import CompletedProcess
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -12,6 +18,9 @@ import pytest
 # 2 cores ran a training step 3–14× slower than 1 (benchmarks/threads.py), which pushed the
 # end-to-end tests past their timeouts.
 os.environ["OMP_NUM_THREADS"] = "1"
+
+WEIGHT_TOLERANCE = 1e-5  # 2 processes vs 1: float summation order only
+JOB_TIMEOUT_S = 300  # generous: the CPU cores are shared
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,3 +89,81 @@ def trained_run_dir(
     ]
     train(config, reward_functions=rewards, verbose=False)
     return run_dir
+
+
+@pytest.fixture
+def gloo_jobs(tmp_path: Path) -> SimpleNamespace:
+    """Real ``grpo train`` jobs in 1 process or under ``torchrun`` (gloo on CPU), run in
+    tmp_path (its modules importable), and their comparison: the 2-processes-equal-1 tests
+    of plain training and of agents share it.
+
+    ``run(processes, name, config, *overrides)``: the job, into run dir tmp_path/name;
+    ``GRPO_TEST_DUMP`` is tmp_path/name.dump, which a reward may append a JSON line to per
+    call as ``{dump}.{RANK}``. ``steps(name, processes)``: per call (one per step or round),
+    each key's lists joined over the ranks in rank order: the whole batch's rows.
+    ``assert_same_run(one, two)``: the same metrics (times aside, rel 1e-5) and final
+    weights within 1e-5; returns the first run's metrics."""
+
+    def run(processes: int, name: str, config: Path, *overrides: str) -> CompletedProcess:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1",
+            "GRPO_TEST_DUMP": str(tmp_path / f"{name}.dump"),
+        }
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(key, None)
+        launcher = [sys.executable, "-m", "grpo"]
+        if processes > 1:
+            launcher = [
+                *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
+                *("--nproc_per_node", str(processes), "-m", "grpo"),
+            ]
+        command = [*launcher, "train", str(config), f"--train.run_dir={tmp_path / name}"]
+        return subprocess.run(
+            [*command, *overrides],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=JOB_TIMEOUT_S,
+        )
+
+    def steps(name: str, processes: int) -> list[dict[str, list[Any]]]:
+        per_rank = [
+            [
+                json.loads(line)
+                for line in (tmp_path / f"{name}.dump.{rank}").read_text().splitlines()
+            ]
+            for rank in range(processes)
+        ]
+        return [
+            {key: [v for record in records for v in record[key]] for key in records[0]}
+            for records in zip(*per_rank, strict=True)
+        ]
+
+    def metrics(name: str) -> list[dict[str, float]]:
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def assert_same_run(one: str, two: str) -> list[dict[str, float]]:
+        import torch
+        from safetensors.torch import load_file
+
+        metrics_1, metrics_2 = metrics(one), metrics(two)
+        assert len(metrics_1) == len(metrics_2)
+        for row_1, row_2 in zip(metrics_1, metrics_2, strict=True):
+            assert set(row_1) == set(row_2)
+            for key, value in row_1.items():
+                if not (key.startswith("time/") or key.endswith("/seconds")):
+                    assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+        weights_1 = load_file(tmp_path / one / "final" / "model.safetensors")
+        weights_2 = load_file(tmp_path / two / "final" / "model.safetensors")
+        assert weights_1.keys() == weights_2.keys()
+        for key, tensor in weights_1.items():
+            assert torch.allclose(tensor, weights_2[key], atol=WEIGHT_TOLERANCE, rtol=0), key
+        return metrics_1
+
+    return SimpleNamespace(
+        run=run, steps=steps, metrics=metrics, assert_same_run=assert_same_run, tmp_path=tmp_path
+    )

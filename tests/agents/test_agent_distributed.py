@@ -10,9 +10,6 @@ included) and weights of the 1-process run after 2 steps.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -69,20 +66,8 @@ def turns(prompts, completions, conversation, **_):
 STOP_STRINGS = ("a", "e", "i", "o", "u", "1", "2", "3", "4", "5", " ")  # turns end early
 
 
-def _run(tmp_path: Path, model_dir: Path, data: Path, processes: int, name: str, *extra: str):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-        "GRPO_TEST_DUMP": str(tmp_path / f"{name}.dump"),
-    }
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    launcher = [sys.executable, "-m", "grpo"]
-    if processes > 1:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        launcher += ["--nproc_per_node", str(processes), "-m", "grpo"]
-    config = tmp_path / "grpo.toml"
+def _run(gloo_jobs, model_dir: Path, data: Path, processes: int, name: str, *extra: str):
+    config = gloo_jobs.tmp_path / "grpo.toml"
     config.write_text(f'[model]\npath = "{model_dir}"\n')
     overrides = [
         f"--data.train_path={data}",
@@ -98,33 +83,13 @@ def _run(tmp_path: Path, model_dir: Path, data: Path, processes: int, name: str,
         "--train.steps=2",
         "--train.prompts_per_step=3",  # 6 rows, 3 per process: prompt 1's group is split
         "--train.sequences_per_micro_batch=2",
-        f"--train.run_dir={tmp_path / name}",
         "--train.progress=false",
         "--train.tensorboard=false",
         *extra,
     ]
-    result = subprocess.run(
-        [*launcher, "train", str(config), *overrides],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = gloo_jobs.run(processes, name, config, *overrides)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
-
-
-def _dumps(path: Path, processes: int) -> list[dict]:
-    """Per scoring call (one per step here): the step's records, processes in rank order."""
-    per_rank = [
-        [json.loads(line) for line in Path(f"{path}.{rank}").read_text().splitlines()]
-        for rank in range(processes)
-    ]
-    return [
-        {key: [v for record in records for v in record[key]] for key in records[0]}
-        for records in zip(*per_rank, strict=True)
-    ]
 
 
 @pytest.mark.parametrize(
@@ -143,38 +108,29 @@ def _dumps(path: Path, processes: int) -> list[dict]:
     ],
     ids=["plain", "dynamic-sampling-lora"],
 )
+@pytest.mark.slow  # two torchrun jobs and two plain ones: about 40 s on a busy machine
 def test_two_processes_roll_out_and_train_multi_turn_as_one(
-    ascii_model_dir, tmp_path, extra: tuple[str, ...]
+    ascii_model_dir, gloo_jobs, extra: tuple[str, ...]
 ) -> None:
     from safetensors.torch import load_file
 
+    tmp_path = gloo_jobs.tmp_path
     (tmp_path / "agent_env.py").write_text(MODULE)
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say {n}{n}"}) + "\n" for n in range(6)))
-    _run(tmp_path, ascii_model_dir, data, 1, "one", *extra)
-    two = _run(tmp_path, ascii_model_dir, data, 2, "two", *extra)
+    _run(gloo_jobs, ascii_model_dir, data, 1, "one", *extra)
+    two = _run(gloo_jobs, ascii_model_dir, data, 2, "two", *extra)
     assert "2 processes × " in two.stdout
-    single, double = _dumps(tmp_path / "one.dump", 1), _dumps(tmp_path / "two.dump", 2)
+    single, double = gloo_jobs.steps("one", 1), gloo_jobs.steps("two", 2)
     assert len(single) >= 2 and double == single  # every conversation and reward, row for row
     assert max(t for step in single for t in step["turns"]) > 1  # the rows went multi-turn
-
-    def metrics(name: str) -> list[dict[str, float]]:
-        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
-
+    metrics = gloo_jobs.assert_same_run("one", "two")  # metrics (agent/* too), weights
+    assert "agent/env_token_frac" in metrics[0]
     if extra:  # some step refilled
-        assert sum(row["generation_rounds"] for row in metrics("one")) == len(single) > 2
-    for row_1, row_2 in zip(metrics("one"), metrics("two"), strict=True):
-        assert set(row_1) == set(row_2) and "agent/env_token_frac" in row_1
-        for key, value in row_1.items():
-            if not (key.startswith("time/") or key.endswith("seconds")):
-                assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    weights_1 = load_file(tmp_path / "one" / "final" / "model.safetensors")
-    weights_2 = load_file(tmp_path / "two" / "final" / "model.safetensors")
-    for name, tensor in weights_1.items():
-        assert torch.allclose(tensor, weights_2[name], atol=1e-5, rtol=0), name
+        assert sum(row["generation_rounds"] for row in metrics) == len(single) > 2
     initial = load_file(ascii_model_dir / "model.safetensors")
-    assert any(not torch.equal(initial[name], weights_1[name]) for name in initial)
+    trained = load_file(tmp_path / "one" / "final" / "model.safetensors")
+    assert any(not torch.equal(initial[name], trained[name]) for name in initial)
 
 
 def test_a_block_of_rows_rolls_out_as_in_the_whole_batch(ascii_model_dir) -> None:

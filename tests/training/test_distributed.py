@@ -10,16 +10,13 @@ not split evenly. Each torchrun job takes a few seconds.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from grpo.algo.advantages import group_advantages
 from grpo.config import ConfigError, batch_plan, load_config
 from grpo.rollout.engine import SamplingParams, sample_from_uniform
 from grpo.rollout.hf_engine import TransformersEngine
@@ -53,13 +50,11 @@ def fails_on_rank_1(prompts, completions, **_):
     return [float(len(text) % 2) for text in completions]
 """
 
-WEIGHT_TOLERANCE = 1e-5
-JOB_TIMEOUT_S = 300  # generous: the CPU cores are shared
-
 
 @pytest.fixture
-def job(tmp_path: Path, tiny_model_dir: Path, arithmetic_jsonl: Path):
+def job(gloo_jobs, tiny_model_dir: Path, arithmetic_jsonl: Path):
     """Writes the config and the reward module; returns run(processes, run_name, *overrides)."""
+    tmp_path = gloo_jobs.tmp_path
     (tmp_path / "dist_rewards.py").write_text(REWARD_MODULE)
     config = tmp_path / "grpo.toml"
     config.write_text(
@@ -68,90 +63,27 @@ def job(tmp_path: Path, tiny_model_dir: Path, arithmetic_jsonl: Path):
         '[[rewards]]\nfunction = "dist_rewards:digit_fraction"\n'
         "[rollout]\ngroup_size = 4\nmax_new_tokens = 6\n"
         "[optim]\nlr = 1e-3\n"
-        "[train]\nsteps = 2\nprompts_per_step = 4\nsequences_per_micro_batch = 3\n"
-        "progress = false\ntensorboard = false\n"
+        "[train]\nsteps = 2\nprogress = false\ntensorboard = false\n"
+        "prompts_per_step = 4\nsequences_per_micro_batch = 3\n"
     )
 
     def run(processes: int, name: str, *overrides: str) -> subprocess.CompletedProcess:
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-            "OMP_NUM_THREADS": "1",
-            "GRPO_TEST_DUMP": str(tmp_path / f"{name}.rewards"),
-        }
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(key, None)
-        launcher = [sys.executable, "-m", "grpo"]
-        if processes > 1:
-            launcher = [
-                *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
-                *("--nproc_per_node", str(processes), "-m", "grpo"),
-            ]
-        command = [*launcher, "train", str(config), f"--train.run_dir={tmp_path / name}"]
-        return subprocess.run(
-            [*command, *overrides],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=JOB_TIMEOUT_S,
-        )
+        return gloo_jobs.run(processes, name, config, *overrides)
 
     run.tmp_path = tmp_path  # type: ignore[attr-defined]
+    run.jobs = gloo_jobs  # type: ignore[attr-defined]
     return run
 
 
-def _metrics(run_dir: Path) -> list[dict[str, float]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def _step_rows(dump: Path, processes: int) -> list[tuple[list[str], list[float]]]:
-    """Per step: (completions, rewards) of the whole step, processes' rows in rank order."""
-    per_rank = [
-        [json.loads(line) for line in Path(f"{dump}.{rank}").read_text().splitlines()]
-        for rank in range(processes)
-    ]
-    return [
-        (
-            [c for record in records for c in record["completions"]],
-            [r for record in records for r in record["rewards"]],
-        )
-        for records in zip(*per_rank, strict=True)
-    ]
-
-
-def _assert_same_run(job, one: str, two: str, group_size: int) -> None:
-    tmp_path = job.tmp_path
+def _assert_same_run(job, one: str, two: str) -> None:
     # The same completions and rewards, row for row: hence the same advantages.
-    single, double = (
-        _step_rows(tmp_path / f"{one}.rewards", 1),
-        _step_rows(tmp_path / f"{two}.rewards", 2),
-    )
+    single, double = job.jobs.steps(one, 1), job.jobs.steps(two, 2)
     assert len(single) == len(double) == 2
-    for (completions_1, rewards_1), (completions_2, rewards_2) in zip(single, double, strict=True):
-        assert completions_2 == completions_1
-        assert rewards_2 == rewards_1
-        advantages_1 = group_advantages(torch.tensor(rewards_1).view(-1, group_size))
-        advantages_2 = group_advantages(torch.tensor(rewards_2).view(-1, group_size))
-        assert torch.equal(advantages_1, advantages_2)
-    # Rank 0 alone wrote the log: one line per step, and the metrics agree.
-    metrics_1, metrics_2 = _metrics(tmp_path / one), _metrics(tmp_path / two)
-    assert [row["step"] for row in metrics_2] == [1, 2]
-    assert any(row["groups_trained"] > 0 for row in metrics_1), "no group had reward variance"
-    for row_1, row_2 in zip(metrics_1, metrics_2, strict=True):
-        assert set(row_1) == set(row_2)
-        for key, value in row_1.items():
-            if key.startswith("time/") or key.endswith("/seconds"):
-                continue
-            assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    # The same weights after 2 steps.
-    from safetensors.torch import load_file
-
-    weights_1 = load_file(tmp_path / one / "final" / "model.safetensors")
-    weights_2 = load_file(tmp_path / two / "final" / "model.safetensors")
-    assert weights_1.keys() == weights_2.keys()
-    for name, tensor in weights_1.items():
-        assert torch.allclose(tensor, weights_2[name], atol=WEIGHT_TOLERANCE, rtol=0), name
+    assert double == single
+    # Rank 0 alone wrote the log: one line per step, and the metrics and weights agree.
+    metrics = job.jobs.assert_same_run(one, two)
+    assert [row["step"] for row in job.jobs.metrics(two)] == [1, 2]
+    assert any(row["groups_trained"] > 0 for row in metrics), "no group had reward variance"
 
 
 def _ok(result: subprocess.CompletedProcess) -> None:
@@ -159,20 +91,17 @@ def _ok(result: subprocess.CompletedProcess) -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "group_size"),
+    "overrides",
     [
         # 16 rows, 8 per process; micro-batches of 3, so processes keep different counts.
-        (("--algorithm.beta=0.05",), 4),
+        ("--algorithm.beta=0.05",),
         # 6 rows, 3 per process: prompt 1's group is split between the processes.
         (
-            (
-                "--train.prompts_per_step=3",
-                "--rollout.group_size=2",
-                "--train.sequences_per_micro_batch=2",
-                "--algorithm.inner_iterations=2",
-                "--algorithm.aggregation=token",
-            ),
-            2,
+            "--train.prompts_per_step=3",
+            "--rollout.group_size=2",
+            "--train.sequences_per_micro_batch=2",
+            "--algorithm.inner_iterations=2",
+            "--algorithm.aggregation=token",
         ),
         # The sampler correction (top-k mismatch), GSPO, the entropy bonus and the overlong
         # options: their metrics add up (or take min/max) across processes too.
@@ -187,18 +116,17 @@ def _ok(result: subprocess.CompletedProcess) -> None:
                 "--algorithm.overlong_buffer=2",
                 "--algorithm.mask_truncated_completions=true",
             ),
-            4,
             marks=pytest.mark.slow,
         ),
     ],
     ids=["whole-groups", "split-group", "corrections"],
 )
-def test_two_processes_train_exactly_as_one(job, overrides, group_size) -> None:
+def test_two_processes_train_exactly_as_one(job, overrides: tuple[str, ...]) -> None:
     _ok(job(1, "one", *overrides))
     two = job(2, "two", *overrides)
     _ok(two)
     assert "2 processes × " in two.stdout and two.stdout.count("final policy saved") == 1
-    _assert_same_run(job, "one", "two", group_size)
+    _assert_same_run(job, "one", "two")
 
 
 def test_fsdp_trains_exactly_as_one_process(job) -> None:
@@ -207,7 +135,7 @@ def test_fsdp_trains_exactly_as_one_process(job) -> None:
     overrides = ("--algorithm.beta=0.05", "--train.save_every=1")
     _ok(job(1, "one", *overrides))
     _ok(job(2, "fsdp", "--distributed.strategy=fsdp", *overrides))
-    _assert_same_run(job, "one", "fsdp", 4)
+    _assert_same_run(job, "one", "fsdp")
     final = job.tmp_path / "fsdp" / "final"
     assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     AutoModelForCausalLM.from_pretrained(final)
@@ -222,7 +150,7 @@ def test_fsdp_trains_exactly_as_one_process(job) -> None:
     )
     _ok(resumed)
     assert "resumed from" in resumed.stdout
-    assert [row["step"] for row in _metrics(job.tmp_path / "fsdp")] == [1, 2, 3]
+    assert [row["step"] for row in job.jobs.metrics("fsdp")] == [1, 2, 3]
 
 
 def test_a_rank_that_raises_stops_the_whole_job(job) -> None:
@@ -327,20 +255,10 @@ def test_dynamic_sampling_with_two_processes_trains_as_one(job) -> None:
     overrides = (*REFILLING, "--train.prompts_per_step=3")
     _ok(job(1, "one", *overrides))
     _ok(job(2, "two", *overrides))
-    single = _step_rows(job.tmp_path / "one.rewards", 1)
-    assert _step_rows(job.tmp_path / "two.rewards", 2) == single  # every round, row for row
-    metrics_1, metrics_2 = _metrics(job.tmp_path / "one"), _metrics(job.tmp_path / "two")
-    assert sum(row["generation_rounds"] for row in metrics_1) == len(single) > 2
-    for row_1, row_2 in zip(metrics_1, metrics_2, strict=True):
-        for key, value in row_1.items():
-            if not (key.startswith("time/") or key.endswith("/seconds")):
-                assert row_2[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    from safetensors.torch import load_file
-
-    weights_1 = load_file(job.tmp_path / "one" / "final" / "model.safetensors")
-    weights_2 = load_file(job.tmp_path / "two" / "final" / "model.safetensors")
-    for name, tensor in weights_1.items():
-        assert torch.allclose(tensor, weights_2[name], atol=WEIGHT_TOLERANCE, rtol=0), name
+    single = job.jobs.steps("one", 1)
+    assert job.jobs.steps("two", 2) == single  # every round, row for row
+    metrics = job.jobs.assert_same_run("one", "two")
+    assert sum(row["generation_rounds"] for row in metrics) == len(single) > 2
 
 
 @pytest.mark.slow
@@ -357,7 +275,7 @@ def test_completions_log_pairs_each_row_with_its_own_advantage_across_rounds(job
     )
     _ok(job(1, "one", *overrides))
     _ok(job(2, "two", *overrides))
-    metrics = _metrics(job.tmp_path / "one")
+    metrics = job.jobs.metrics("one")
     assert any(row["generation_rounds"] > 1 for row in metrics), "no step refilled"
 
     def logged(name: str) -> dict[int, list[dict]]:
