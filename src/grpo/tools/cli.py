@@ -54,7 +54,8 @@ def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     print(apply_threads(explicit), flush=True)
     quiet = ["train.quiet=true"] if args.quiet else []
     demo = run_tools_demo if args.task == "tools" else run_demo
-    demo(Path(args.work_dir), overrides=overrides + quiet, quick=args.quick)
+    work_dir = args.work_dir or ("runs/demo-tools" if args.task == "tools" else "runs/demo")
+    demo(Path(work_dir), overrides=overrides + quiet, quick=args.quick)
     return 0
 
 
@@ -222,7 +223,11 @@ def _add_demo_parser(commands: Commands) -> None:
     demo = commands.add_parser(
         "demo", help="the embedded default: warm start → GRPO → held-out accuracy"
     )
-    demo.add_argument("--work-dir", default="runs/demo", help="where the model, data and run go")
+    demo.add_argument(
+        "--work-dir",
+        default=None,
+        help="where the model, data and run go (default: runs/demo, runs/demo-tools)",
+    )
     demo.add_argument(
         "--task",
         choices=["arithmetic", "tools"],
