@@ -83,3 +83,20 @@ def test_only_the_last_turn_counts_and_a_call_is_no_answer() -> None:
     conversations = [talk(call, "1786"), talk("1786"), talk("1786", "12"), talk(call), talk()]
     scores = final_answer(["47*38"] * 5, [""] * 5, conversations, ["1786"] * 5)
     assert scores == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_the_table_gives_each_kind_then_all_last() -> None:
+    from grpo.demo.tools_demo import by_kind
+
+    rows = [{"prompt": p} for p in ("12*30", "55*10", "49*99", "90*90")]
+    shares = by_kind(rows, [True, True, False, False])
+    assert list(shares) == ["first factor 10-49", "first factor 50-99", "all"]
+    assert shares == {"first factor 10-49": 0.5, "first factor 50-99": 0.5, "all": 0.5}
+    assert by_kind(rows, [True, False, True, False])["first factor 10-49"] == 1.0
+
+
+def test_a_stopped_run_reports_the_steps_it_did() -> None:
+    from grpo.demo.run import steps_done
+
+    assert steps_done([{"step": 0, "eval/accuracy": 0.3}, {"step": 1}, {"step": 83}]) == 83
+    assert steps_done([]) == 0
