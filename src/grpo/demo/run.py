@@ -115,12 +115,7 @@ def run_demo(
         work_dir, base_dir=base_dir, train_path=train_path, dev_path=dev_path, run_dir=run_dir
     )
     quick_overrides = ["train.steps=6", "eval.every=0", "train.log_every=2"] if quick else []
-    all_overrides = quick_overrides + list(overrides or [])
-    config = load_config(config_path, all_overrides)
-    # the exact command that reruns this training, overrides and all
-    train_command = shlex.join(
-        ["grpo", "train", str(config_path), *(f"--{o.removeprefix('--')}" for o in all_overrides)]
-    )
+    config, train_command = load_demo_config(config_path, quick_overrides + list(overrides or []))
     test_set = load_prompt_dataset(test_path, tokenizer)
 
     from transformers import AutoModelForCausalLM
@@ -146,7 +141,7 @@ def run_demo(
     _say_before_and_after(test_set, (before, before_report), (after, after_report), say)
     total_seconds = time.perf_counter() - started
     say(
-        f"\nwarm start {warm['steps']} steps; GRPO {config.train.steps} steps in "
+        f"\nwarm start {warm['steps']} steps; GRPO {steps_done(result.history)} steps in "
         f"{grpo_seconds:.0f} s; demo total {total_seconds:.0f} s"
     )
     _say_next_steps(run_dir, result.final_dir, config_path, test_path, train_command, say)
@@ -181,11 +176,17 @@ def demo_splits() -> tuple[list[dict], list[dict], list[dict]]:
 
 
 def write_demo_config(
-    work_dir: Path, *, base_dir: Path, train_path: Path, dev_path: Path, run_dir: Path
+    work_dir: Path,
+    *,
+    base_dir: Path,
+    train_path: Path,
+    dev_path: Path,
+    run_dir: Path,
+    template_name: str = "default.toml",
 ) -> Path:
-    """The packaged default.toml with this run's paths filled in, written to the work dir;
-    its ``eval.path`` (held-out accuracy during training) is the dev split."""
-    template = resources.files("grpo.demo").joinpath("default.toml").read_text()
+    """The packaged ``template_name`` with this run's paths filled in, written to the work
+    dir; its ``eval.path`` (held-out accuracy during training) is the dev split."""
+    template = resources.files("grpo.demo").joinpath(template_name).read_text()
     config_path = work_dir / "grpo.toml"
     config_path.write_text(
         template.format(
@@ -193,6 +194,21 @@ def write_demo_config(
         )
     )
     return config_path
+
+
+def load_demo_config(config_path: Path, overrides: list[str]) -> tuple[Any, str]:
+    """The demo's config with ``overrides``, and the exact ``grpo train`` command that
+    reruns this training, overrides and all."""
+    config = load_config(config_path, overrides)
+    command = shlex.join(
+        ["grpo", "train", str(config_path), *(f"--{o.removeprefix('--')}" for o in overrides)]
+    )
+    return config, command
+
+
+def steps_done(history: list[dict]) -> int:
+    """The last step a run logged (fewer than ``train.steps`` when it was stopped)."""
+    return max((int(entry["step"]) for entry in history), default=0)
 
 
 def _say_next_steps(

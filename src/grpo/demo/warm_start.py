@@ -21,25 +21,44 @@ def supervised_warm_start(
     seed: int = 0,
 ) -> list[float]:
     """Cross-entropy on ``answer + EOS`` given ``prompt`` (prompt tokens are not trained)."""
+    traces = []
+    for row in rows:
+        prompt = tokenizer(row["prompt"])["input_ids"]
+        answer = tokenizer(row["answer"])["input_ids"] + [tokenizer.eos_token_id]
+        traces.append((prompt + answer, [0] * len(prompt) + [1] * len(answer)))
+    return supervised_steps(
+        model, traces, tokenizer.pad_token_id, steps=steps, batch_size=batch_size, lr=lr, seed=seed
+    )
+
+
+def supervised_steps(
+    model: nn.Module,
+    traces: list[tuple[list[int], list[int]]],
+    pad_token_id: int,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
+    """Cross-entropy on the ids whose mask is 1, each trace an (ids, mask) pair; a batch
+    is ``batch_size`` traces drawn with replacement. Returns the loss of each step."""
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     losses = []
     for _ in range(steps):
-        batch = [rows[rng.randrange(len(rows))] for _ in range(batch_size)]
-        prompts = [tokenizer(row["prompt"])["input_ids"] for row in batch]
-        answers = [
-            tokenizer(row["answer"])["input_ids"] + [tokenizer.eos_token_id] for row in batch
-        ]
-        width = max(len(p) + len(a) for p, a in zip(prompts, answers, strict=True))
-        input_ids = torch.full((batch_size, width), tokenizer.pad_token_id)
+        batch = [traces[rng.randrange(len(traces))] for _ in range(batch_size)]
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((batch_size, width), pad_token_id)
         labels = torch.full((batch_size, width), -100)
         attention = torch.zeros((batch_size, width), dtype=torch.long)
-        for row, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
-            sequence = prompt + answer
-            input_ids[row, : len(sequence)] = torch.tensor(sequence)
-            labels[row, len(prompt) : len(sequence)] = torch.tensor(answer)
-            attention[row, : len(sequence)] = 1
+        for row, (ids, mask) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, : len(ids)] = torch.where(
+                torch.tensor(mask, dtype=torch.bool), torch.tensor(ids), -100
+            )
+            attention[row, : len(ids)] = 1
         logits = model(input_ids=input_ids, attention_mask=attention).logits
         loss = F.cross_entropy(
             logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)

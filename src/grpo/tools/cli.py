@@ -44,6 +44,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     from grpo.config.sections import TrainConfig
     from grpo.demo.run import run_demo
+    from grpo.demo.tools_demo import run_tools_demo
 
     _quiet_transformers()
     # The warm start runs before the demo's config exists: the thread count is set first,
@@ -52,7 +53,9 @@ def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     explicit = int(threads[-1]) if threads and threads[-1].isdigit() else TrainConfig.threads
     print(apply_threads(explicit), flush=True)
     quiet = ["train.quiet=true"] if args.quiet else []
-    run_demo(Path(args.work_dir), overrides=overrides + quiet, quick=args.quick)
+    demo = run_tools_demo if args.task == "tools" else run_demo
+    work_dir = args.work_dir or ("runs/demo-tools" if args.task == "tools" else "runs/demo")
+    demo(Path(work_dir), overrides=overrides + quiet, quick=args.quick)
     return 0
 
 
@@ -220,7 +223,18 @@ def _add_demo_parser(commands: Commands) -> None:
     demo = commands.add_parser(
         "demo", help="the embedded default: warm start → GRPO → held-out accuracy"
     )
-    demo.add_argument("--work-dir", default="runs/demo", help="where the model, data and run go")
+    demo.add_argument(
+        "--work-dir",
+        default=None,
+        help="where the model, data and run go (default: runs/demo, runs/demo-tools)",
+    )
+    demo.add_argument(
+        "--task",
+        choices=["arithmetic", "tools"],
+        default="arithmetic",
+        help="arithmetic: single-turn sums and products; tools: 2-digit products through "
+        "calls of a mul tool (multi-turn)",
+    )
     demo.add_argument(
         "--quick", action="store_true", help="a few steps only, to check the plumbing"
     )
