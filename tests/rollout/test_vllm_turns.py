@@ -125,6 +125,19 @@ def _roll(engine: Any, tokenizer: Any, params: SamplingParams, rows: range, seed
     return agent_rollout(engine, RECORDS, 2, params, generator, rows, settings)
 
 
+def _trainer_logprobs(policy: Any, rollout: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trainer's log-probs of a rollout's tokens, and the mask of the model's tokens."""
+    logp_BT, _ = completion_logprobs(
+        policy,
+        rollout.prompt_ids_BP,
+        rollout.prompt_mask_BP,
+        rollout.completion_ids_BT,
+        rollout.completion_mask_BT,
+        attention_mask_BT=rollout.attention_mask_BT,
+    )
+    return logp_BT, rollout.completion_mask_BT.bool()
+
+
 @pytest.fixture
 def tokenizer():
     from grpo.demo.tokenizer import build_char_tokenizer
@@ -159,15 +172,7 @@ def test_each_turn_submits_the_whole_sequence_and_trains_on_it(
     )
     # The sampler's log-probs are the trainer's on the assembled trajectory.
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    logp_BT, _ = completion_logprobs(
-        policy,
-        rollout.prompt_ids_BP,
-        rollout.prompt_mask_BP,
-        rollout.completion_ids_BT,
-        rollout.completion_mask_BT,
-        attention_mask_BT=rollout.attention_mask_BT,
-    )
-    scored = rollout.completion_mask_BT.bool()
+    logp_BT, scored = _trainer_logprobs(policy, rollout)
     torch.testing.assert_close(logp_BT[scored], rollout.sampler_logp_BT[scored], atol=1e-4, rtol=0)
 
 
@@ -306,15 +311,7 @@ def test_real_vllm_turns_score_as_the_trainer(tmp_path) -> None:
     rollout = _roll(engine, tokenizer, params, range(6)).rollout
     assert (rollout.attention_mask_BT - rollout.completion_mask_BT).sum() > 0  # inserted ids
     policy = AutoModelForCausalLM.from_pretrained(tmp_path).cuda()
-    logp_BT, _ = completion_logprobs(
-        policy,
-        rollout.prompt_ids_BP,
-        rollout.prompt_mask_BP,
-        rollout.completion_ids_BT,
-        rollout.completion_mask_BT,
-        attention_mask_BT=rollout.attention_mask_BT,
-    )
-    scored = rollout.completion_mask_BT.bool()
+    logp_BT, scored = _trainer_logprobs(policy, rollout)
     gap = (logp_BT[scored] - rollout.sampler_logp_BT[scored]).abs().mean()
     assert gap < 1e-2, f"sampler vs trainer log-prob gap {gap:.2e} over 3 turns"
 
