@@ -29,6 +29,19 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: slow tests, those declaring the longest timeouts first, then the rest in
+    file order. With several workers (scripts/test.sh) a minutes-long test that started last
+    would leave the other workers idle while it runs alone."""
+
+    def expected_length(item: pytest.Item) -> tuple[int, int]:
+        timeout = item.get_closest_marker("timeout")
+        declared = int(timeout.args[0]) if timeout and timeout.args else 0
+        return (item.get_closest_marker("slow") is None, -declared)
+
+    items.sort(key=expected_length)  # stable: file order within each class
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from grpo.demo.model import build_tiny_llama
