@@ -32,14 +32,19 @@ def ascii_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class ScriptedEngine(TurnEngine):
-    """Every row writes ``scripts[k]`` on its turn k, ended by EOS (log-prob −1 per token)."""
+    """Every row writes ``scripts[k]`` on its turn k, ended by EOS (log-prob −1 per token);
+    a subclass may choose the text from the row's prompt (:meth:`text`)."""
 
     def __init__(self, tokenizer: Any, model: Any, scripts: list[str]) -> None:
         self.tokenizer, self.model, self.scripts = tokenizer, model, scripts
         self.pad_token_id = tokenizer.pad_token_id
 
+    def text(self, prompt: str, turn: int) -> str:
+        return self.scripts[min(turn, len(self.scripts) - 1)]
+
     def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
         engine, turns = self, {}
+        prompts = [self.tokenizer.decode(ids) for ids in request.prompt_token_ids]
 
         class Session(TurnSession):
             def generate(
@@ -49,7 +54,8 @@ class ScriptedEngine(TurnEngine):
                 for row in rows:
                     turn = turns.get(row, 0)
                     turns[row] = turn + 1
-                    text = engine.scripts[min(turn, len(engine.scripts) - 1)]
+                    prompt = prompts[(request.start + row) // request.group_size]
+                    text = engine.text(prompt, turn)
                     ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
                     ids = [*ids, engine.tokenizer.eos_token_id]
                     outputs.append(TurnOutput(ids, [-1.0] * len(ids), True))

@@ -21,10 +21,8 @@ from grpo.agents.rollout import AgentSettings
 from grpo.agents.tools import tool_schema
 from grpo.eval.evaluate import evaluate_model
 from grpo.rewards.runner import RewardFunction
-from grpo.rollout.engine import RolloutRequest
-from grpo.rollout.turns import TurnEngine, TurnOutput, TurnSession
 
-from .conftest import ascii_tokenizer
+from .conftest import ScriptedEngine, ascii_tokenizer
 
 
 def mul(a: int, b: int) -> int:
@@ -56,32 +54,14 @@ FIRST_TURNS = {
 }
 
 
-class PromptScripted(TurnEngine):
+class PromptScripted(ScriptedEngine):
     """Writes FIRST_TURNS[prompt] on turn 0 and "done" after, each ended by EOS."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any) -> None:  # no model: the rollout's tensors stay on CPU
         self.tokenizer, self.pad_token_id = tokenizer, tokenizer.pad_token_id
 
-    def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
-        engine, turns = self, {}
-        prompts = [self.tokenizer.decode(ids) for ids in request.prompt_token_ids]
-
-        class Session(TurnSession):
-            def generate(
-                self, rows: list[int], inserted: list[list[int]], max_new_tokens: list[int]
-            ) -> list[TurnOutput]:
-                outputs = []
-                for row in rows:
-                    turn = turns.get(row, 0)
-                    turns[row] = turn + 1
-                    prompt = prompts[(request.start + row) // request.group_size]
-                    first = next(t for p, t in FIRST_TURNS.items() if p in prompt)
-                    ids = engine.tokenizer(first if turn == 0 else "done")["input_ids"]
-                    ids = [*ids, engine.tokenizer.eos_token_id]
-                    outputs.append(TurnOutput(ids, [-1.0] * len(ids), True))
-                return outputs
-
-        return Session()
+    def text(self, prompt: str, turn: int) -> str:
+        return next(t for p, t in FIRST_TURNS.items() if p in prompt) if turn == 0 else "done"
 
 
 def test_multi_turn_eval_scores_trajectories_and_counts_tool_use(tmp_path) -> None:

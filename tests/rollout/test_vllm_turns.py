@@ -19,6 +19,7 @@ from grpo.agents.chat import ChatFormat
 from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.models.logprobs import completion_logprobs
 from grpo.rollout.engine import RolloutRequest, SamplingParams
+from tests.agents.helpers import Echo
 
 
 class ModelLLM:
@@ -86,20 +87,6 @@ class ModelLLM:
 
     def reset_prefix_cache(self) -> None:
         self.calls.append("reset")
-
-
-class Echo:
-    """Answers every turn with an observation and never ends: rows run to max_turns."""
-
-    def __init__(self, row: dict[str, Any]) -> None:
-        self.prompt, self.turns = row["prompt"], 0
-
-    def reset(self) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": self.prompt}]
-
-    def step(self, assistant_text: str) -> tuple[str | None, float | None, bool]:
-        self.turns += 1
-        return f"more {self.turns}", None, False
 
 
 RECORDS = [{"prompt": "12+3="}, {"prompt": "7*8="}, {"prompt": "9-4="}]
