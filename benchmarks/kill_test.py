@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo.training.checkpoint import CHECKPOINTS, LATEST, verify_checkpoint
+from grpo.training.runtime.checkpoint import CHECKPOINTS, LATEST, verify_checkpoint
 
 TIMING = ("time/", "/seconds")
 

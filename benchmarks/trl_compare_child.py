@@ -97,7 +97,7 @@ class PhaseClock:
 def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
     import grpo.training.engines as engines_module
     import grpo.training.loop as trainer_module
-    import grpo.training.update as update_module
+    import grpo.training.update.policy as update_module
     from grpo.config import load_config
     from grpo.rewards import RewardFunction
     from grpo.rollout.hf_engine import TransformersEngine

@@ -21,7 +21,7 @@ from grpo.agents.parser import parse_xml_json
 from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import tool_schema
 from grpo.rollout.engine import SamplingParams
-from grpo.training.distributed import reduce_step_metrics
+from grpo.training.runtime.distributed import reduce_step_metrics
 
 from .conftest import ascii_tokenizer
 from .helpers import Echo

@@ -123,9 +123,9 @@ def test_bad_calls_are_answered_counted_and_trained_on(ascii_model_dir) -> None:
     from transformers import AutoModelForCausalLM
 
     from grpo.algo.objective import Objective
-    from grpo.training.batch import TrainBatch
-    from grpo.training.optim import Optimization
-    from grpo.training.update import policy_update
+    from grpo.training.runtime.optim import Optimization
+    from grpo.training.update.batch import TrainBatch
+    from grpo.training.update.policy import policy_update
 
     tokenizer = ascii_tokenizer()
     model = AutoModelForCausalLM.from_pretrained(ascii_model_dir)

@@ -20,7 +20,7 @@ import torch
 
 from grpo.config import ConfigError, load_config
 from grpo.rewards.runner import RewardFunction
-from grpo.training.checkpoint import (
+from grpo.training.runtime.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -28,7 +28,7 @@ from grpo.training.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from grpo.training.resume import clean_leftovers, rewind_metrics
+from grpo.training.runtime.resume import clean_leftovers, rewind_metrics
 
 STEPS = 4
 

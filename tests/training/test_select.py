@@ -7,8 +7,8 @@ import torch
 
 from grpo.algo.groups import Groups
 from grpo.rollout.engine import Rollout
-from grpo.training.batch import TrainBatch
 from grpo.training.select import select_groups
+from grpo.training.update.batch import TrainBatch
 
 
 def _groups(rewards: list[float], skip: list[bool] | None = None) -> Groups:

@@ -126,7 +126,7 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """Used when algorithm.estimator = "ppo" (see grpo.training.critic)."""
+    """Used when algorithm.estimator = "ppo" (see grpo.training.update.critic)."""
 
     gamma: float = 1.0  # γ, discount per token
     lam: float = 0.95  # λ of GAE

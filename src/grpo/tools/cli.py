@@ -353,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     from grpo.data.dataset import DataError
     from grpo.models.loading import ModelError
     from grpo.rewards.runner import RewardError
-    from grpo.training.checkpoint import CheckpointError
-    from grpo.training.faults import TrainingStopped
+    from grpo.training.runtime.checkpoint import CheckpointError
+    from grpo.training.runtime.faults import TrainingStopped
 
     try:
         return args.handler(args, extra)

@@ -10,7 +10,7 @@ from grpo.config import Config, ConfigError
 from grpo.models.loading import eos_token_ids
 from grpo.rollout.engine import RolloutEngine
 from grpo.rollout.hf_engine import TransformersEngine
-from grpo.training.distributed import Dist
+from grpo.training.runtime.distributed import Dist
 
 
 def check_engine_available(engine: str) -> None:

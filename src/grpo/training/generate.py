@@ -28,7 +28,6 @@ from grpo.eval.reasoning import self_corrects, thinking_chars
 from grpo.rewards.runner import RewardError, RewardFunction, score_completions
 from grpo.rollout.engine import Rollout, RolloutEngine, SamplingParams
 from grpo.rollout.turns import TurnEngine
-from grpo.training.distributed import Dist
 from grpo.training.rounds import (
     Generation,
     Round,
@@ -36,6 +35,7 @@ from grpo.training.rounds import (
     merge_rounds,
     needs_another_round,
 )
+from grpo.training.runtime.distributed import Dist
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import warnings
 
-from grpo.training.batch import TrainBatch
-from grpo.training.critic import ppo_update
-from grpo.training.distributed import Dist
 from grpo.training.rounds import Generation, process_major
+from grpo.training.runtime.distributed import Dist
 from grpo.training.select import Selection
 from grpo.training.setup import Learner
-from grpo.training.sharding import update_shard
-from grpo.training.update import policy_update
+from grpo.training.update.batch import TrainBatch
+from grpo.training.update.critic import ppo_update
+from grpo.training.update.policy import policy_update
+from grpo.training.update.shard import update_shard
 
 
 def learn(

@@ -13,7 +13,7 @@ scale (``algorithm.advantage_scale``), the loss aggregation (``algorithm.aggrega
 asymmetric clipping, DAPO's dynamic sampling, the curriculum, and PPO's critic as an
 alternative baseline (``algorithm.estimator``).
 
-Under torchrun (see :mod:`grpo.training.distributed`) every process samples the same
+Under torchrun (see :mod:`grpo.training.runtime.distributed`) every process samples the same
 prompts and takes a contiguous block of the step's rows through generate and update; the
 per-row results are all-gathered after scoring, so select sees the whole step everywhere.
 Only rank 0 writes.
@@ -32,13 +32,13 @@ from torch import nn
 from grpo.config import Config, ConfigError, batch_plan
 from grpo.data.prompt_stats import record_step
 from grpo.rewards.runner import RewardFunction
-from grpo.training.checkpoint import latest_checkpoint
-from grpo.training.distributed import Dist, init_distributed, world_from_env
 from grpo.training.engines import check_engine_available
-from grpo.training.faults import GracefulStop, NonFiniteGuard
 from grpo.training.generate import generate
 from grpo.training.learn import learn
 from grpo.training.reasoning_metrics import reasoning_metrics
+from grpo.training.runtime.checkpoint import latest_checkpoint
+from grpo.training.runtime.distributed import Dist, init_distributed, world_from_env
+from grpo.training.runtime.faults import GracefulStop, NonFiniteGuard
 from grpo.training.saving import save_checkpoint_of, save_final
 from grpo.training.select import select_groups
 from grpo.training.setup import Run, set_up

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo.data.prompt_stats import write_prompt_stats
-from grpo.training.checkpoint import save_checkpoint, save_model
-from grpo.training.distributed import Dist
+from grpo.training.runtime.checkpoint import save_checkpoint, save_model
+from grpo.training.runtime.distributed import Dist
+from grpo.training.runtime.sharding import full_model_state, full_optimizer_state
 from grpo.training.setup import Run
-from grpo.training.sharding import full_model_state, full_optimizer_state
 
 
 def save_checkpoint_of(run: Run, step: int, dist: Dist, *, keep: int) -> None:

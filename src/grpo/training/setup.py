@@ -34,15 +34,15 @@ from grpo.models.shared_prompt import sharing_blocker
 from grpo.models.value import load_value_model
 from grpo.rewards.runner import RewardFunction, accuracy_reward, resolve_reward_functions
 from grpo.rollout.engine import SamplingParams, decode_completions
-from grpo.training.batch import Reference
-from grpo.training.checkpoint import checkpoints_dir
-from grpo.training.critic import Critic
-from grpo.training.distributed import Dist
 from grpo.training.engines import rollout_engine
 from grpo.training.generate import Rollouts, agent_settings
-from grpo.training.optim import Optimization, adamw, build_optimizer
-from grpo.training.resume import resume_point, resume_run
-from grpo.training.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
+from grpo.training.runtime.checkpoint import checkpoints_dir
+from grpo.training.runtime.distributed import Dist
+from grpo.training.runtime.optim import Optimization, adamw, build_optimizer
+from grpo.training.runtime.resume import resume_point, resume_run
+from grpo.training.runtime.sharding import load_optimizer_state, shard_fsdp, wrap_for_training
+from grpo.training.update.batch import Reference
+from grpo.training.update.critic import Critic
 
 
 @dataclass

@@ -2,14 +2,14 @@
 
 Per-row values are the whole step's (gathered); each process's own parts (reward runner,
 update, timings) are reduced over processes first (see
-:func:`~grpo.training.distributed.reduce_step_metrics`). The glossary of every key is in
+:func:`~grpo.training.runtime.distributed.reduce_step_metrics`). The glossary of every key is in
 the README.
 """
 
 from __future__ import annotations
 
-from grpo.training.distributed import Dist, reduce_step_metrics
 from grpo.training.rounds import Generation
+from grpo.training.runtime.distributed import Dist, reduce_step_metrics
 from grpo.training.select import Selection
 
 

@@ -1,5 +1,5 @@
 """Resuming a run: which checkpoint, loading it into the live run, and rewinding what a
-killed run wrote past it (see :mod:`grpo.training.checkpoint` for the layout)."""
+killed run wrote past it (see :mod:`grpo.training.runtime.checkpoint` for the layout)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from grpo.config import ConfigError
-from grpo.training.checkpoint import (
+from grpo.training.runtime.checkpoint import (
     RUN_CONFIG,
     CheckpointError,
     checkpoints_dir,

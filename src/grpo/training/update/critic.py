@@ -7,7 +7,7 @@ critic V(prompt, y_<t) by GAE (see :mod:`grpo.algo.ppo`). Per rollout batch:
 1. the critic's values V_old on every completion token (no gradient);
 2. the reward on each completion's last token → GAE → per-token advantages (whitened over
    the batch when ``ppo.whiten_advantages``) and returns R = A + V_old;
-3. the policy update (:func:`grpo.training.update.policy_update`) with those advantages;
+3. the policy update (:func:`grpo.training.update.policy.policy_update`) with those advantages;
 4. μ critic steps over the same micro-batches on the clipped value loss, AdamW at
    ``ppo.critic_lr``. The policy's gradients are freed before the critic's backward.
 
@@ -29,9 +29,10 @@ from torch import nn
 from grpo.algo.objective import Objective
 from grpo.algo.ppo import gae, terminal_rewards, value_loss, whiten
 from grpo.models.value import ValueModel, completion_values
-from grpo.training.batch import Reference, Shard, TrainBatch, micro_slices
-from grpo.training.optim import Optimization
-from grpo.training.update import policy_update
+from grpo.training.runtime.optim import Optimization
+from grpo.training.update.batch import Reference, TrainBatch, micro_slices
+from grpo.training.update.policy import policy_update
+from grpo.training.update.shard import Shard
 
 
 @dataclass

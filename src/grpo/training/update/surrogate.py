@@ -1,7 +1,7 @@
 """One micro-batch's policy objective: the clipped surrogate at the configured ratio level
 (token, or GSPO's sequence), weighted by the sampler correction, minus the entropy bonus.
 
-The KL penalty is added by the caller (:mod:`grpo.training.update`). Every mean uses the
+The KL penalty is added by the caller (:mod:`grpo.training.update.policy`). Every mean uses the
 completion mask (1 = a token the model wrote), and the normalizers are the step's, so
 micro-batch gradients still add up to the one-batch gradient.
 """
@@ -15,7 +15,7 @@ import torch
 from grpo.algo.corrections import correction_sums, sampler_correction
 from grpo.algo.losses import aggregate, policy_loss
 from grpo.algo.objective import Objective
-from grpo.training.batch import TrainBatch
+from grpo.training.update.batch import TrainBatch
 
 
 def surrogate_loss(

@@ -1,12 +1,10 @@
 """How the trained model meets several processes: DDP or FSDP2 wrapping, local gradient
-accumulation, this process's share of the update (:class:`~grpo.training.batch.Shard`),
-and full (gathered) state dicts for checkpoints under FSDP."""
+accumulation, and full (gathered) state dicts for checkpoints under FSDP."""
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,9 +12,7 @@ import torch
 from torch import nn
 
 from grpo.models.wrappers import base_model
-from grpo.rollout.engine import Rollout
-from grpo.training.batch import Shard, TrainBatch
-from grpo.training.distributed import Dist
+from grpo.training.runtime.distributed import Dist
 
 
 def _sum_gradients_hook(state, bucket):  # unannotated: DDP checks the annotations
@@ -101,37 +97,6 @@ def no_sync_context(model: nn.Module, dist: Dist) -> Callable[[], Any] | None:
 
         return fsdp_no_sync
     return model.no_sync
-
-
-def update_shard(
-    dist: Dist,
-    trained: nn.Module,
-    keep_B: torch.Tensor,
-    lengths_B: torch.Tensor,
-    rollout: Rollout,
-    sequences_per_micro_batch: int,
-) -> Shard | None:
-    """How this process's kept rows fit into the step's update (None for one process).
-
-    Every process holds the whole step's keep mask and completion lengths, so each
-    computes the global normalizers and every process's micro-batch count itself.
-    """
-    if not dist.enabled:
-        return None
-    most_kept = int(keep_B.view(dist.world_size, -1).sum(dim=1).max())
-    device = rollout.completion_ids_BT.device
-    first_row_B = torch.arange(rollout.completion_ids_BT.shape[0], device=device) == 0
-    # This process's row 0, advantage 0; its passes are weighted 0 anyway.
-    zero_B = torch.zeros(first_row_B.shape[0], device=device)
-    filler = TrainBatch.of(rollout, zero_B, first_row_B).micro_batch(slice(0, 1))
-    return Shard(
-        num_sequences=int(keep_B.sum()),
-        num_tokens=int(lengths_B[keep_B].sum()),
-        micro_batches=math.ceil(most_kept / sequences_per_micro_batch),
-        filler=filler,
-        no_sync=no_sync_context(trained, dist),
-        all_agree=dist.all_done,
-    )
 
 
 # --- full state dicts (FSDP) -----------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Normalizers (sequence count, token count, max length) are those of the whole batch, so the
 micro-batch losses add up to the full batch's loss and the accumulated gradient equals the
-one-batch gradient exactly. With several processes (:class:`~grpo.training.batch.Shard`)
+one-batch gradient exactly. With several processes (:class:`~grpo.training.update.batch.Shard`)
 the normalizers count every process's rows, so each process's loss is its share of the
 whole step's loss and the gradients, summed across processes, are the single-process
 gradient.
@@ -21,9 +21,10 @@ from grpo.algo.losses import aggregate
 from grpo.algo.objective import Objective
 from grpo.models.logprobs import completion_logprobs
 from grpo.models.wrappers import is_fsdp_sharded
-from grpo.training.batch import Reference, Shard, TrainBatch, micro_slices
-from grpo.training.optim import Optimization
-from grpo.training.surrogate import add_correction_sums, correction_totals, surrogate_loss
+from grpo.training.runtime.optim import Optimization
+from grpo.training.update.batch import Reference, TrainBatch, micro_slices
+from grpo.training.update.shard import Shard
+from grpo.training.update.surrogate import add_correction_sums, correction_totals, surrogate_loss
 
 
 def policy_update(

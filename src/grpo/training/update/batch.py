@@ -89,25 +89,3 @@ class Reference:
 
     model: nn.Module | None = None
     context: ReferenceContext | None = None
-
-
-@dataclass
-class Shard:
-    """How this process's rows fit into a step split across processes.
-
-    ``num_sequences``/``num_tokens``: kept sequences and their completion tokens over all
-    processes (the loss normalizers). ``micro_batches``: how many forward/backward passes
-    every process runs per optimizer step, the largest count of any process. A process with
-    fewer real micro-batches (or no rows at all) runs zero-weighted passes on ``filler``
-    (any one row), because DDP needs every process to run the gradient-synchronising
-    backward, and FSDP every forward (each gathers parameters from all processes).
-    ``no_sync``: the context for all but the last backward of an optimizer step, in which
-    gradients accumulate locally; the last backward then sums them across processes once.
-    """
-
-    num_sequences: int
-    num_tokens: int
-    micro_batches: int
-    filler: TrainBatch
-    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None
-    all_agree: Callable[[bool], bool] | None = None  # True when true on every process
