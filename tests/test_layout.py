@@ -25,7 +25,7 @@ LAYERS = (
     "training.update",
     "training",
     "demo",
-    "tools",
+    "cli",
 )
 FACADES = {"grpo", "grpo.__main__"}  # the public names and `python -m grpo`: above all layers
 MAX_FILE_LINES = 400

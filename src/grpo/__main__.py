@@ -1,3 +1,3 @@
-from grpo.tools.cli import main
+from grpo.cli.main import main
 
 raise SystemExit(main())

@@ -142,7 +142,7 @@ STOPS = ["a", "e", "i", "o", "u", " ", "1", "2", "3"]  # turns end early: rows g
 
 
 def test_grpo_eval_runs_the_agent_section(ascii_model_dir, tmp_path) -> None:
-    from grpo.tools.cli import main
+    from grpo.cli.main import main
 
     SCORED.clear()
     config = tmp_path / "grpo.toml"

@@ -48,7 +48,7 @@ def _toml(tiny_model_dir: Path, data: Path, run_dir: Path, module: str, accuracy
 def test_a_user_reward_marked_accuracy_drives_accuracy_groups_and_eval(
     tiny_model_dir, arithmetic_jsonl, tmp_path, user_rewards
 ) -> None:
-    from grpo.tools.cli import main
+    from grpo.cli.main import main
     from grpo.training.loop import train
 
     marked = tmp_path / "marked.toml"

@@ -15,20 +15,24 @@ from collections import defaultdict
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from grpo.config import load_config
 from grpo.data.dataset import PromptDataset, load_prompt_dataset
 from grpo.demo.model import build_tiny_llama
-from grpo.demo.task import make_splits, write_jsonl
+from grpo.demo.task import make_splits, write_splits
 from grpo.demo.tokenizer import build_char_tokenizer
 from grpo.demo.warm_start import supervised_warm_start
 from grpo.eval.evaluate import EvalReport, evaluate_model
 from grpo.log.metrics import text_curve
 from grpo.rewards.math import numeric_answer
 from grpo.rewards.runner import RewardFunction
+
+if TYPE_CHECKING:
+    from grpo.config import Config
+    from grpo.training.loop import TrainResult
 
 WARM_START_TARGET = 0.30  # stop the warm start at this greedy accuracy on the dev split
 WARM_START_CHUNK = 50
@@ -101,9 +105,7 @@ def run_demo(
     base_dir, run_dir = work_dir / "base", work_dir / "run"
     tokenizer = build_char_tokenizer()
     train_rows, dev_rows, test_rows = demo_splits()
-    train_path = write_jsonl(train_rows, work_dir / "train.jsonl")
-    dev_path = write_jsonl(dev_rows, work_dir / "dev.jsonl")
-    test_path = write_jsonl(test_rows, work_dir / "test.jsonl")
+    train_path, dev_path, test_path = write_splits(work_dir, train_rows, dev_rows, test_rows)
     probe = _probe_dataset(dev_rows, tokenizer)
     say(
         f"grpo demo: {len(train_rows)} training, {len(dev_rows)} dev and {len(test_rows)} test "
@@ -126,11 +128,7 @@ def run_demo(
         base_model, tokenizer, test_set, max_new_tokens, samples=PASS_AT_SAMPLES
     )
     say(f"grpo demo: training with `{train_command}`")
-    from grpo.training.loop import train
-
-    grpo_started = time.perf_counter()
-    result = train(config)
-    grpo_seconds = time.perf_counter() - grpo_started
+    result, grpo_seconds = timed_train(config)
     after, after_report = evaluate_by_kind(
         result.model.eval(), tokenizer, test_set, max_new_tokens, samples=PASS_AT_SAMPLES
     )
@@ -206,6 +204,15 @@ def load_demo_config(config_path: Path, overrides: list[str]) -> tuple[Any, str]
     return config, command
 
 
+def timed_train(config: Config) -> tuple[TrainResult, float]:
+    """``train(config)`` and its wall-clock seconds."""
+    from grpo.training.loop import train
+
+    started = time.perf_counter()
+    result = train(config)
+    return result, time.perf_counter() - started
+
+
 def steps_done(history: list[dict]) -> int:
     """The last step a run logged (fewer than ``train.steps`` when it was stopped)."""
     return max((int(entry["step"]) for entry in history), default=0)
@@ -220,7 +227,7 @@ def _say_next_steps(
     say: Callable[[str], None],
 ) -> None:
     """What the run left and the commands that use it: only what exists and what works
-    here (tests/tools/test_cli.py follows every path and runs every command)."""
+    here (tests/cli/test_cli.py follows every path and runs every command)."""
     import importlib.util
 
     contents = [

@@ -44,3 +44,15 @@ def write_jsonl(rows: list[dict], path: str | Path) -> Path:
     path = Path(path)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def write_splits(
+    work_dir: Path, train_rows: list[dict], dev_rows: list[dict], test_rows: list[dict]
+) -> tuple[Path, Path, Path]:
+    """The three splits as ``train.jsonl``, ``dev.jsonl`` and ``test.jsonl`` in ``work_dir``;
+    their paths."""
+    return (
+        write_jsonl(train_rows, work_dir / "train.jsonl"),
+        write_jsonl(dev_rows, work_dir / "dev.jsonl"),
+        write_jsonl(test_rows, work_dir / "test.jsonl"),
+    )

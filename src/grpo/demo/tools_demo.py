@@ -24,9 +24,10 @@ from grpo.demo.run import (
     _say_reward_curve,
     load_demo_config,
     steps_done,
+    timed_train,
     write_demo_config,
 )
-from grpo.demo.task import write_jsonl
+from grpo.demo.task import write_splits
 from grpo.demo.tools_task import (
     build_tools_tokenizer,
     final_answer,
@@ -124,9 +125,7 @@ def run_tools_demo(
     base_dir, run_dir = work_dir / "base", work_dir / "run"
     tokenizer = build_tools_tokenizer()
     train_rows, dev_rows, test_rows = make_tool_splits(4000, 200, 300)
-    train_path = write_jsonl(train_rows, work_dir / "train.jsonl")
-    dev_path = write_jsonl(dev_rows, work_dir / "dev.jsonl")
-    write_jsonl(test_rows, work_dir / "test.jsonl")
+    train_path, dev_path, _ = write_splits(work_dir, train_rows, dev_rows, test_rows)
     say(
         f"grpo demo --task tools: {len(train_rows)} training, {len(dev_rows)} dev and "
         f"{len(test_rows)} test problems (products of two 2-digit numbers) in {work_dir}"
@@ -144,15 +143,11 @@ def run_tools_demo(
     config, train_command = load_demo_config(config_path, quick_overrides + list(overrides or []))
     from transformers import AutoModelForCausalLM
 
-    from grpo.training.loop import train
-
     turns = (config.rollout.max_new_tokens, config.agent.max_turns)
     base = AutoModelForCausalLM.from_pretrained(str(base_dir))
     before = greedy_tool_eval(base, tokenizer, test_rows, *turns)
     say(f"grpo demo: training with `{train_command}`")
-    grpo_started = time.perf_counter()
-    result = train(config)
-    grpo_seconds = time.perf_counter() - grpo_started
+    result, grpo_seconds = timed_train(config)
     after = greedy_tool_eval(result.model, tokenizer, test_rows, *turns)
     _say_reward_curve(result.history, say)
     table = {

@@ -1,4 +1,4 @@
-"""``grpo memory``: the planner of :mod:`grpo.tools.memory` as a command (table or JSON)."""
+"""``grpo memory``: the planner of :mod:`grpo.cli.memory` as a command (table or JSON)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,9 @@ import json
 import sys
 from typing import get_args
 
-from grpo.tools.memory import (
-    CriticUpdate,
-    Optimizer,
-    Precision,
-    architecture_from_config,
-    format_plan,
-    plan_memory,
-)
+from grpo.cli.architecture import architecture_from_config
+from grpo.cli.common import Commands
+from grpo.cli.memory import CriticUpdate, MemoryPlan, Optimizer, Precision, plan_memory
 
 
 def _count(text: str) -> int:
@@ -30,7 +25,8 @@ def _count(text: str) -> int:
         ) from None
 
 
-def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+def add_memory_parser(commands: Commands) -> None:
+    parser = commands.add_parser("memory", help="plan GRPO vs PPO training memory, row by row")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="a local HF model directory (its config.json is read)")
     source.add_argument("--params", type=_count, help="a parameter count instead: 7e9, 7B, 350M")
@@ -64,9 +60,10 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
         help="PPO: joint = both models' gradients live at once (usual PPO); separate = grpo's PPO",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=cmd_memory)
 
 
-def run_memory(args: argparse.Namespace) -> int:
+def cmd_memory(args: argparse.Namespace, overrides: list[str]) -> int:
     architecture = architecture_from_config(args.config) if args.config else None
     if architecture is not None and args.vocab:
         architecture = dataclasses.replace(architecture, vocab_size=args.vocab)
@@ -95,3 +92,32 @@ def run_memory(args: argparse.Namespace) -> int:
         print(f"policy: {parameters:,} parameters")
         print(format_plan(plan))
     return 0
+
+
+def format_plan(plan: MemoryPlan) -> str:
+    """The plan as a text table (GB = 1e9 bytes), then the models and the assumptions."""
+
+    def gb(value: int) -> str:
+        return f"{value / 1e9:,.3f}" if value < 1e9 else f"{value / 1e9:,.1f}"
+
+    lines = [f"{'':<18}{'GRPO (GB)':>12}{'PPO (GB)':>12}"]
+    lines += [f"{name:<18}{gb(g):>12}{gb(p):>12}" for name, (g, p) in plan.rows.items()]
+    lines.append(f"{'total':<18}{gb(plan.grpo_total):>12}{gb(plan.ppo_total):>12}")
+    lines.append(
+        f"saving: {gb(plan.saving)} GB = {plan.saving_fraction:.1%} of PPO; "
+        f"PPO / GRPO = {plan.factor:.2f}×"
+    )
+    trained, frozen, k = plan.trained_model_bytes, plan.frozen_model_bytes, plan.frozen_models
+    transient = plan.rows["activations"][0] + plan.rows["logits"][0]
+    plus = f" + {gb(transient)} activations and logits" if transient else ""
+    unlive = 2 * trained + k * frozen + transient - plan.ppo_total  # critic_update = "separate"
+    freed = f" − {gb(unlive)} (gradients freed between the two updates)" if unlive else ""
+    lines.append(
+        f"one trained model: {gb(trained)} GB; one frozen model: {gb(frozen)} GB; "
+        f"PPO = 2 × {gb(trained)} + {k} × {gb(frozen)}{plus}{freed}; "
+        f"GRPO = {gb(trained)} + {k} × {gb(frozen)}{plus}"
+    )
+    lines += [f"{name.upper()}: {held}" for name, held in plan.models.items()]
+    lines.append("assumptions:")
+    lines += [f"  - {text}" for text in plan.assumptions]
+    return "\n".join(lines)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from grpo.tools.cli import main
-from grpo.tools.memory import Architecture, architecture_from_config, plan_memory
+from grpo.cli.architecture import Architecture, architecture_from_config
+from grpo.cli.main import main
+from grpo.cli.memory import plan_memory
 
 GB = 10**9
 

@@ -5,8 +5,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo.tools.cli import main
-from grpo.tools.docs import config_reference, field_docs, undocumented_fields, with_reference
+from grpo.cli.docs import config_reference, field_docs, undocumented_fields, with_reference
+from grpo.cli.main import main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

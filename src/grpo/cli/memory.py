@@ -10,14 +10,17 @@ per parameter, 14 GB each. PPO trains the policy and a critic of the same size:
     >>> round(plan.grpo_total / 1e9), round(plan.ppo_total / 1e9), round(plan.saving_fraction, 3)
     (140, 252, 0.444)
 
-Only :func:`architecture_from_config` reads anything (a local config.json); everything else
-is arithmetic on its arguments. The assumptions are listed in ``MemoryPlan.assumptions``.
+Only :func:`grpo.cli.architecture.architecture_from_config` reads anything (a local
+config.json); everything here is arithmetic on its arguments. The assumptions are listed in
+``MemoryPlan.assumptions``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+from grpo.cli.architecture import Architecture
 
 Precision = Literal["fp32", "bf16", "mixed"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd"]
@@ -44,66 +47,6 @@ def trained_bytes_per_parameter(precision: Precision, optimizer: Optimizer) -> i
         WEIGHT_BYTES[precision]
         + GRADIENT_BYTES[precision]
         + optimizer_bytes_per_parameter(precision, optimizer)
-    )
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """The shapes the activation, logit and LoRA estimates need (a decoder-only transformer)."""
-
-    parameters: int
-    hidden_size: int
-    layers: int
-    intermediate_size: int
-    attention_width: int  # heads × head_dim (the q projection's output)
-    kv_width: int  # key/value heads × head_dim
-    vocab_size: int
-
-    def lora_parameters(self, rank: int) -> int:
-        """r·(in + out) per adapted linear layer: q, k, v, o, gate, up, down in every layer
-        (peft's "all-linear", which leaves the LM head alone)."""
-        h, q, kv, i = self.hidden_size, self.attention_width, self.kv_width, self.intermediate_size
-        per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
-        return rank * per_layer * self.layers
-
-    def activation_elements_per_token(self, gradient_checkpointing: bool) -> int:
-        """Tensors a Llama-style layer saves for backward, per token (SDPA attention, no L² term):
-        each RMSNorm its input and output (2h, twice), q with its RoPE intermediates (3·q),
-        k likewise (3·kv), v (kv), the attention output (q), and the MLP's gate, up, SiLU and
-        product (4·i). With checkpointing only each layer's input (h) is kept, plus one layer
-        recomputed at a time."""
-        h, q, kv, i = self.hidden_size, self.attention_width, self.kv_width, self.intermediate_size
-        per_layer = 4 * h + 4 * q + 4 * kv + 4 * i
-        if gradient_checkpointing:
-            return self.layers * h + per_layer
-        return self.layers * per_layer
-
-
-def architecture_from_config(path: str) -> Architecture:
-    """Shapes and the exact parameter count of the model a local HF config describes.
-
-    The model is built on the meta device (no memory, no weights read), so any architecture
-    transformers knows is counted exactly, tied embeddings once.
-    """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(path)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    parameters = sum(p.numel() for p in model.parameters())
-    heads = text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    return Architecture(
-        parameters=parameters,
-        hidden_size=text.hidden_size,
-        layers=text.num_hidden_layers,
-        intermediate_size=getattr(text, "intermediate_size", 4 * text.hidden_size),
-        attention_width=heads * head_dim,
-        kv_width=kv_heads * head_dim,
-        vocab_size=text.vocab_size,
     )
 
 
@@ -173,7 +116,8 @@ def plan_memory(
 
     Rows: weights (every model held), gradients and optimizer states (trained parameters
     only), activations and logits (one micro-batch of ``sequences`` × ``sequence_length``
-    tokens, ``completion_length`` of them scored; needs ``architecture``).
+    tokens, ``completion_length`` of them scored; needs ``architecture``; one model's backward
+    at a time, so PPO's rows equal GRPO's).
 
     - Trained parameter: weights + gradient + optimizer states; mixed = 2 + 2 + (4 master +
       4 + 4 Adam moments) = 16 bytes, fp32 = 4 + 4 + 8 = 16, bf16 = 2 + 2 + 4 = 8.
@@ -187,25 +131,18 @@ def plan_memory(
       through both, the usual PPO, the seeds' accounting); "separate" = each model takes its
       step and frees its gradients before the other's backward (grpo's PPO), so only the
       larger gradient set is live at once.
-    - Activations and logits are those of one model's backward at a time (PPO's policy and
-      critic passes run one after the other), so PPO's rows equal GRPO's. Logits: the scored
-      positions only (``logits_to_keep``), in fp32, twice (logits and their gradient).
 
     Example:
         >>> plan_memory(7_000_000_000, reward_model=True).trained_model_bytes
         112000000000
     """
     _check_plan_arguments(parameters, architecture, lora_rank, sequences)
-    weight_bytes = WEIGHT_BYTES[precision]
-    frozen_model = parameters * weight_bytes
     adapters = architecture.lora_parameters(lora_rank) if lora_rank and architecture else 0
-    trained = adapters if lora_rank else parameters
-    frozen_base = frozen_model if lora_rank else 0  # LoRA: the base under the adapters
-    extra_frozen = frozen_model * ((reference and not lora_rank) + reward_model)
-    model_weights = trained * weight_bytes + frozen_base  # one trained model's weights
-    gradients = trained * GRADIENT_BYTES[precision]
-    optimizer_states = trained * optimizer_bytes_per_parameter(precision, optimizer)
-    activations, logits, transient_assumption = _transient_bytes(
+    frozen_models = (reference and not lora_rank) + reward_model
+    rows, trained_model_bytes, frozen_model_bytes = _model_state_rows(
+        parameters, adapters, lora_rank, precision, optimizer, frozen_models, critic_update
+    )
+    transient_rows, transient_assumption = _transient_rows(
         architecture,
         precision=precision,
         sequences=sequences,
@@ -213,25 +150,45 @@ def plan_memory(
         completion_length=completion_length,
         gradient_checkpointing=gradient_checkpointing,
     )
+    return MemoryPlan(
+        rows=rows | transient_rows,
+        trained_model_bytes=trained_model_bytes,
+        frozen_model_bytes=frozen_model_bytes,
+        frozen_models=frozen_models,
+        models=_held_models(reference=reference, reward_model=reward_model, lora_rank=lora_rank),
+        assumptions=_assumptions(
+            precision, optimizer, critic_update, lora_rank, adapters, transient_assumption
+        ),
+    )
+
+
+def _model_state_rows(
+    parameters: int,
+    adapters: int,
+    lora_rank: int,
+    precision: Precision,
+    optimizer: Optimizer,
+    frozen_models: int,
+    critic_update: CriticUpdate,
+) -> tuple[dict[str, tuple[int, int]], int, int]:
+    """The weights, gradients and optimizer-states rows (GRPO: the policy; PPO: policy and
+    critic), one trained model's bytes and one frozen model's. Under LoRA the trained
+    parameters are the ``adapters``, over a frozen base of the policy's size."""
+    weight_bytes = WEIGHT_BYTES[precision]
+    frozen_model = parameters * weight_bytes
+    trained = adapters if lora_rank else parameters
+    frozen_base = frozen_model if lora_rank else 0  # LoRA: the base under the adapters
+    extra_frozen = frozen_model * frozen_models
+    model_weights = trained * weight_bytes + frozen_base  # one trained model's weights
+    gradients = trained * GRADIENT_BYTES[precision]
+    optimizer_states = trained * optimizer_bytes_per_parameter(precision, optimizer)
     ppo_gradients = gradients if critic_update == "separate" else 2 * gradients
     rows = {
         "weights": (model_weights + extra_frozen, 2 * model_weights + extra_frozen),
         "gradients": (gradients, ppo_gradients),
         "optimizer states": (optimizer_states, 2 * optimizer_states),
-        "activations": (activations, activations),
-        "logits": (logits, logits),
     }
-    assumptions = _assumptions(
-        precision, optimizer, critic_update, lora_rank, adapters, transient_assumption
-    )
-    return MemoryPlan(
-        rows=rows,
-        trained_model_bytes=model_weights + gradients + optimizer_states,
-        frozen_model_bytes=frozen_model,
-        frozen_models=(reference and not lora_rank) + reward_model,
-        models=_held_models(reference=reference, reward_model=reward_model, lora_rank=lora_rank),
-        assumptions=assumptions,
-    )
+    return rows, model_weights + gradients + optimizer_states, frozen_model
 
 
 def _check_plan_arguments(
@@ -248,7 +205,7 @@ def _check_plan_arguments(
         raise ValueError("activations need the architecture (a model config), not just a count")
 
 
-def _transient_bytes(
+def _transient_rows(
     architecture: Architecture | None,
     *,
     precision: Precision,
@@ -256,11 +213,18 @@ def _transient_bytes(
     sequence_length: int,
     completion_length: int,
     gradient_checkpointing: bool,
-) -> tuple[int, int, str]:
-    """(activations, logits) of one micro-batch, and the assumption they rest on, in words;
-    nothing is estimated without an architecture and a batch."""
+) -> tuple[dict[str, tuple[int, int]], str]:
+    """The activations and logits rows of one micro-batch, and the assumption they rest on,
+    in words; nothing is estimated without an architecture and a batch.
+
+    They are those of one model's backward at a time (PPO's policy and critic passes run one
+    after the other), so PPO's rows equal GRPO's. Activations: sequences × sequence_length ×
+    the elements a layer saves per token × 2 bytes (4 in fp32). Logits: the scored positions
+    only (``logits_to_keep``), in fp32, twice (logits and their gradient):
+    2 × sequences × completion_length × vocab × 4 bytes."""
     if architecture is None or not sequences:
-        return 0, 0, "activations and logits not estimated (give a config and a batch)"
+        nothing = "activations and logits not estimated (give a config and a batch)"
+        return {"activations": (0, 0), "logits": (0, 0)}, nothing
     act_bytes = 4 if precision == "fp32" else 2
     per_token = architecture.activation_elements_per_token(gradient_checkpointing)
     activations = sequences * sequence_length * per_token * act_bytes
@@ -271,7 +235,7 @@ def _transient_bytes(
         f"backward at a time; logits: {completion_length} scored positions × vocab "
         f"{architecture.vocab_size}, fp32, ×2 for their gradient"
     )
-    return activations, logits, assumption
+    return {"activations": (activations, activations), "logits": (logits, logits)}, assumption
 
 
 def _held_models(*, reference: bool, reward_model: bool, lora_rank: int) -> dict[str, str]:
@@ -325,32 +289,3 @@ def _assumptions(
         "not counted: the rollout's KV cache, CUDA context / interpreter, allocator slack"
     )
     return assumptions
-
-
-def format_plan(plan: MemoryPlan) -> str:
-    """The plan as a text table (GB = 1e9 bytes), then the models and the assumptions."""
-
-    def gb(value: int) -> str:
-        return f"{value / 1e9:,.3f}" if value < 1e9 else f"{value / 1e9:,.1f}"
-
-    lines = [f"{'':<18}{'GRPO (GB)':>12}{'PPO (GB)':>12}"]
-    lines += [f"{name:<18}{gb(g):>12}{gb(p):>12}" for name, (g, p) in plan.rows.items()]
-    lines.append(f"{'total':<18}{gb(plan.grpo_total):>12}{gb(plan.ppo_total):>12}")
-    lines.append(
-        f"saving: {gb(plan.saving)} GB = {plan.saving_fraction:.1%} of PPO; "
-        f"PPO / GRPO = {plan.factor:.2f}×"
-    )
-    trained, frozen, k = plan.trained_model_bytes, plan.frozen_model_bytes, plan.frozen_models
-    transient = plan.rows["activations"][0] + plan.rows["logits"][0]
-    plus = f" + {gb(transient)} activations and logits" if transient else ""
-    unlive = 2 * trained + k * frozen + transient - plan.ppo_total  # critic_update = "separate"
-    freed = f" − {gb(unlive)} (gradients freed between the two updates)" if unlive else ""
-    lines.append(
-        f"one trained model: {gb(trained)} GB; one frozen model: {gb(frozen)} GB; "
-        f"PPO = 2 × {gb(trained)} + {k} × {gb(frozen)}{plus}{freed}; "
-        f"GRPO = {gb(trained)} + {k} × {gb(frozen)}{plus}"
-    )
-    lines += [f"{name.upper()}: {held}" for name, held in plan.models.items()]
-    lines.append("assumptions:")
-    lines += [f"  - {text}" for text in plan.assumptions]
-    return "\n".join(lines)

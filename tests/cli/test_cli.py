@@ -126,7 +126,7 @@ def test_quiet_train_then_report_then_eval(tmp_path, tiny_model_dir, arithmetic_
 
 
 def test_eval_names_a_missing_dataset(tmp_path, tiny_model_dir, capsys) -> None:
-    from grpo.tools.cli import main
+    from grpo.cli.main import main
 
     assert main(["eval", str(tiny_model_dir), "--data", str(tmp_path / "none.jsonl")]) == 2
     assert "grpo eval: error: dataset not found" in capsys.readouterr().err
@@ -137,7 +137,7 @@ def test_eval_names_a_missing_dataset(tmp_path, tiny_model_dir, capsys) -> None:
 def test_train_help_names_the_overrides_and_the_reference_and_eval_help_the_defaults(
     capsys,
 ) -> None:
-    from grpo.tools.cli import main
+    from grpo.cli.main import main
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -1,1 +1,0 @@
-"""The command line and its tools: the config reference and the memory planner."""
