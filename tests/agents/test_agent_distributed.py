@@ -21,7 +21,7 @@ from grpo.agents.parser import parse_xml_json
 from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import tool_schema
 from grpo.rollout.engine import SamplingParams
-from grpo.training.runtime.distributed import reduce_step_metrics
+from grpo.training.step_metrics import reduce_over_processes
 
 from .conftest import ascii_tokenizer
 from .helpers import Echo
@@ -207,7 +207,7 @@ def test_agent_metrics_of_two_blocks_reduce_to_the_whole_batch() -> None:
         enabled=True,
         gather_values=lambda metrics: {k: [b.metrics[k] for b in blocks] for k in metrics},
     )
-    reduced, _, _ = reduce_step_metrics(dist, blocks[0].metrics, {}, {})
+    reduced = reduce_over_processes(dist, blocks[0].metrics)
     expected = {
         "agent/malformed_json/errors": 2.0,
         "agent/unknown_tool/errors": 2.0,

@@ -71,12 +71,12 @@ def test_beta_zero_loads_no_reference_model(
     tiny_model_dir, arithmetic_jsonl, tmp_path, monkeypatch
 ) -> None:
     import grpo.training.loop
-    import grpo.training.setup
+    import grpo.training.setup_learner
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a reference model was loaded with beta = 0")
 
-    monkeypatch.setattr(grpo.training.setup, "load_reference", forbidden)
+    monkeypatch.setattr(grpo.training.setup_learner, "load_reference", forbidden)
     config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.beta=0.0")
     result = grpo.training.loop.train(config, reward_functions=REWARDS, verbose=False)
     assert all("kl" not in row for row in result.history)

@@ -14,7 +14,7 @@ import pytest
 
 from grpo.config import AlgorithmConfig, ConfigError, load_config
 from grpo.rewards.runner import RewardFunction
-from grpo.training.setup import correction_settings
+from grpo.training.setup_learner import correction_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -17,7 +17,8 @@ def test_text_features_per_completion() -> None:
     features = text_features(
         ["<think>abc</think>7", "Wait, 8", "9"], phrase_pattern(["wait", "hmm"])
     )
-    assert features["think_chars_B"].tolist() == [3.0, -1.0, -1.0]
+    assert features["has_think_B"].tolist() == [True, False, False]
+    assert features["think_chars_B"].tolist() == [3, 0, 0]
     assert features["self_correction_B"].tolist() == [False, True, False]
 
 
@@ -28,7 +29,8 @@ def test_reasoning_metrics_over_groups() -> None:
         skip_B=torch.zeros(4, dtype=torch.bool),
         length_B=torch.tensor([12, 8, 3, 5]),
         truncated_B=torch.zeros(4, dtype=torch.bool),
-        think_chars_B=torch.tensor([40.0, -1.0, 10.0, -1.0]),
+        has_think_B=torch.tensor([True, False, True, False]),
+        think_chars_B=torch.tensor([40, 0, 10, 0]),
         self_correction_B=torch.tensor([True, False, False, False]),
     )
     metrics = reasoning_metrics(SimpleNamespace(results=results), [0.2, 0.9], group_size=2)

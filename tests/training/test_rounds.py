@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grpo.algo.groups import Groups, first_groups
+from grpo.algo.rows import process_major
 from grpo.rewards.runner import RewardScores
 from grpo.rollout.engine import Rollout, concat_rollouts
 from grpo.training.rounds import (
@@ -13,7 +14,6 @@ from grpo.training.rounds import (
     RowResults,
     merge_rounds,
     needs_another_round,
-    process_major,
 )
 
 
@@ -66,14 +66,22 @@ def test_rounds_merge_with_padding() -> None:
     second.rollout.completion_ids_BT = torch.full((2, 1), 7)
     second.rollout.completion_mask_BT = torch.ones(2, 1, dtype=torch.long)
     second.rollout.sampler_logp_BT = torch.full((2, 1), -0.5)
-    first.scores.metrics = {"reward/total/mean": 0.5, "reward/total/std": 0.5, "r/seconds": 1.0}
-    second.scores.metrics = {"reward/total/mean": 1.0, "reward/total/std": 0.0, "r/seconds": 2.0}
+    first.scores.metrics = {
+        "reward/total/mean": 0.5,
+        "reward/total/std": 0.5,
+        "reward/r/seconds": 1.0,
+    }
+    second.scores.metrics = {
+        "reward/total/mean": 1.0,
+        "reward/total/std": 0.0,
+        "reward/r/seconds": 2.0,
+    }
     merged = merge_rounds([first, second], pad_token_id=0)
     assert merged.indices == [0, 0]
     assert merged.results.reward_B.tolist() == [0, 1, 1, 1]
     # Rewards 0, 1, 1, 1: mean 0.75, population σ = sqrt(0.75 − 0.5625) = sqrt(3)/4.
     assert merged.reward_metrics == pytest.approx(
-        {"reward/total/mean": 0.75, "reward/total/std": 3**0.5 / 4, "r/seconds": 3.0}
+        {"reward/total/mean": 0.75, "reward/total/std": 3**0.5 / 4, "reward/r/seconds": 3.0}
     )
     rollout = merged.rollout
     # Prompts stay left-padded: the 2-token prompts get 2 pad columns in front.

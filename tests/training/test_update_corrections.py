@@ -12,8 +12,8 @@ import torch
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.groups import Groups
 from grpo.algo.objective import Objective
+from grpo.algo.selection import select_groups
 from grpo.training.runtime.optim import Optimization
-from grpo.training.select import select_groups
 from grpo.training.update.batch import TrainBatch
 from grpo.training.update.policy import policy_update
 

@@ -69,7 +69,16 @@ class AgentRollout:
     env_reward: list[float]  # the environment's rewards, summed (0.0 without any)
     env_rewarded: bool  # some environment gave a reward
     skip: list[bool]  # an environment failed under env_on_error = "skip_group"
-    metrics: dict[str, float]
+    block_metrics: dict[str, float]  # what reduces over blocks by the metric table
+    inserted_tokens: int  # over the block's rows
+    model_tokens: int
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The block's metrics, with its share of inserted tokens (a ratio of sums, so a
+        step's share is computed from every block's counts, not from these shares)."""
+        share = env_token_frac(self.inserted_tokens, self.model_tokens)
+        return {**self.block_metrics, "agent/env_token_frac": share}
 
     @property
     def columns(self) -> dict[str, list[Any]]:
@@ -218,14 +227,13 @@ def _result(
     else:  # vLLM: where the trainer's tensors live
         device = getattr(engine, "device", None)
     rollout = assemble_trajectories(trajectories, engine.pad_token_id, device or "cpu")
-    real = sum(len(t.ids) for t in trajectories)
-    inserted = real - sum(t.model_tokens for t in trajectories)
+    model_tokens = sum(t.model_tokens for t in trajectories)
+    inserted = sum(len(t.ids) for t in trajectories) - model_tokens
     rows = max(len(states), 1)
     metrics = {
         "agent/turns/mean": sum(len(s.turns) for s in states) / rows,
         "agent/tool_calls/mean": sum(s.tool_calls for s in states) / rows,
         "agent/tool_call_frac": sum(s.tool_calls > 0 for s in states) / rows,
-        "agent/env_token_frac": inserted / max(real, 1),
         "agent/cut_at_max_turns_frac": counts["cut"] / rows,
         "agent/tool/seconds": counts["seconds"],
         **{f"agent/{kind}/errors": counts[kind] for kind in ERROR_KINDS},
@@ -237,8 +245,15 @@ def _result(
         env_reward=[s.reward for s in states],
         env_rewarded=any(s.rewarded for s in states),
         skip=[s.failed and settings.env_on_error == "skip_group" for s in states],
-        metrics=metrics,
+        block_metrics=metrics,
+        inserted_tokens=inserted,
+        model_tokens=model_tokens,
     )
+
+
+def env_token_frac(inserted_tokens: float, model_tokens: float) -> float:
+    """``agent/env_token_frac``: Σ inserted / Σ (inserted + model) tokens after the prompt."""
+    return inserted_tokens / max(inserted_tokens + model_tokens, 1.0)
 
 
 def _environment_reward(

@@ -30,7 +30,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from grpo.eval.evaluate import correctness_reward, evaluate_model
     from grpo.models.loading import load_reference, load_tokenizer, pick_device
     from grpo.rewards.runner import resolve_reward_functions
-    from grpo.training.generate import agent_settings
+    from grpo.training.setup_rollouts import agent_settings
 
     if bad_overrides("eval", overrides):
         return 2

@@ -47,6 +47,8 @@ def batch_plan(config: Config, world_size: int = 1) -> BatchPlan:
             f"{config.rollout.group_size} = {sequences} sequences per step cannot be split evenly "
             f"over {world_size} processes: make it a multiple of {world_size}"
         )
+    if world_size > 1:
+        _check_several_processes(config)
     per_rank = sequences // world_size
     return BatchPlan(
         prompts_per_step=config.train.prompts_per_step,
@@ -58,3 +60,14 @@ def batch_plan(config: Config, world_size: int = 1) -> BatchPlan:
         world_size=world_size,
         sequences_per_rank=per_rank,
     )
+
+
+def _check_several_processes(config: Config) -> None:
+    """What runs in one process only, or not with every strategy."""
+    if config.distributed.strategy == "fsdp" and config.model.lora_rank:
+        raise ConfigError(
+            "distributed.strategy = 'fsdp' with model.lora_rank > 0 is not supported: "
+            "use distributed.strategy = 'ddp' (only the adapters train, so DDP is cheap)"
+        )
+    if config.algorithm.estimator == "ppo":
+        raise ConfigError("algorithm.estimator = 'ppo' runs in a single process (no torchrun)")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import warnings
 
-from grpo.training.rounds import Generation, process_major
+from grpo.algo.rows import process_major
+from grpo.algo.selection import Selection
+from grpo.training.rounds import Generation
 from grpo.training.runtime.distributed import Dist
-from grpo.training.select import Selection
-from grpo.training.setup import Learner
+from grpo.training.state import Learner
 from grpo.training.update.batch import TrainBatch
 from grpo.training.update.critic import ppo_update
 from grpo.training.update.policy import policy_update
@@ -34,13 +35,14 @@ def learn(
             process_major(t, generation.rounds, dist.world_size)
             for t in (keep_B, advantages_B, length_B, reward_B)
         )
-    rollout = generation.rollout
-    rows = dist.rows(keep_B.shape[0])  # this process's block of the (reordered) rows
-    device = rollout.completion_ids_BT.device
-    local_keep_B = keep_B[rows].to(device)
-    batch = TrainBatch.of(rollout, advantages_B[rows].to(device), local_keep_B)
+    local_rollout = generation.rollout  # this process's rows, as its block of the reordered
+    local_rows = dist.rows(keep_B.shape[0])
+    device = local_rollout.completion_ids_BT.device
+    local_keep_B = keep_B[local_rows].to(device)
+    local_advantages_B = advantages_B[local_rows].to(device)
+    batch = TrainBatch.of(local_rollout, local_advantages_B, local_keep_B)
     shard = update_shard(
-        dist, learner.trained, keep_B, length_B, rollout, learner.sequences_per_micro_batch
+        dist, learner.trained, keep_B, length_B, local_rollout, learner.sequences_per_micro_batch
     )
     if learner.critic is not None:  # PPO: the critic's per-token GAE advantages replace A_i
         return ppo_update(
@@ -49,7 +51,7 @@ def learn(
             batch,
             objective,
             optimization,
-            rewards_B=reward_B[rows].to(device)[local_keep_B],
+            rewards_B=reward_B[local_rows].to(device)[local_keep_B],
             sequences_per_micro_batch=learner.sequences_per_micro_batch,
             reference=learner.reference,
             shard=shard,

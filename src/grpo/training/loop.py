@@ -29,19 +29,21 @@ from typing import Any
 
 from torch import nn
 
-from grpo.config import Config, ConfigError, batch_plan
+from grpo.algo.selection import Selection, select_groups
+from grpo.config import Config, batch_plan
 from grpo.data.prompt_stats import record_step
 from grpo.rewards.runner import RewardFunction
 from grpo.training.engines import check_engine_available
 from grpo.training.generate import generate
 from grpo.training.learn import learn
 from grpo.training.reasoning_metrics import reasoning_metrics
+from grpo.training.rounds import Generation
 from grpo.training.runtime.checkpoint import latest_checkpoint
 from grpo.training.runtime.distributed import Dist, init_distributed, world_from_env
 from grpo.training.runtime.faults import GracefulStop, NonFiniteGuard
 from grpo.training.saving import save_checkpoint_of, save_final
-from grpo.training.select import select_groups
-from grpo.training.setup import Run, set_up
+from grpo.training.setup import set_up
+from grpo.training.state import Run
 from grpo.training.step_metrics import accuracy, step_metrics
 
 
@@ -67,14 +69,7 @@ def train(
     leaves it at the end). A batch that does not split evenly over the processes, or an
     unsupported combination, is a :class:`ConfigError` before anything is loaded.
     """
-    plan = batch_plan(config, world_from_env()[1])
-    if plan.world_size > 1 and config.distributed.strategy == "fsdp" and config.model.lora_rank:
-        raise ConfigError(
-            "distributed.strategy = 'fsdp' with model.lora_rank > 0 is not supported: "
-            "use distributed.strategy = 'ddp' (only the adapters train, so DDP is cheap)"
-        )
-    if plan.world_size > 1 and config.algorithm.estimator == "ppo":
-        raise ConfigError("algorithm.estimator = 'ppo' runs in a single process (no torchrun)")
+    plan = batch_plan(config, world_from_env()[1])  # ConfigErrors for what cannot split
     check_engine_available(config.rollout.engine)  # before anything is loaded
     dist, device = init_distributed(config.distributed, config.model.device)
     try:
@@ -92,60 +87,12 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
     progress = run.open_progress()
     step, stopped_by = run.start_step, None
     for step in range(run.start_step + 1, settings.steps + 1):
-        step_started = time.perf_counter()
-        generation, seconds = generate(
-            run.rollouts,
-            run.sampler,
-            dist,
-            prompts_per_step=settings.prompts_per_step,
-            group_size=settings.group_size,
-            max_rounds=settings.max_rounds,
-        )
-        groups = generation.groups
-        selection = select_groups(
-            groups,
-            target_groups=settings.prompts_per_step,
-            scale=settings.advantage_scale,
-            eps=settings.advantage_eps,
-            critic_baseline=learner.critic is not None,
-            drop_B=generation.results.truncated_B if settings.mask_truncated_completions else None,
-        )
-        # Difficulty as estimated before this step's outcomes, for reasoning/len_*.
-        estimated_N = run.sampler.estimated_success(generation.indices)
-        signal = record_step(  # the curriculum's per-prompt statistics
-            run.sampler.stats,
-            generation.indices,
-            groups.rewards_NG,
-            generation.results.accuracy_B,
-            groups.zero_variance_N,
-            step,
-        )
-        signal.update(run.sampler.draw_metrics)  # the pooled curriculum's pre-screen, if on
-        train_started = time.perf_counter()
-        update = learn(learner, generation, selection, dist)
-        if update:
-            run.rollouts.engine.sync_weights(learner.policy)  # vLLM gets the new weights
-        times = {
-            "time/rollout": seconds["rollout"],
-            "time/reward": seconds["reward"],
-            "time/train": time.perf_counter() - train_started,
-            "time/step": time.perf_counter() - step_started,
-        }
-        lr = learner.optimization.scheduler.get_last_lr()[0]
-        metrics = step_metrics(
-            generation, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
-        )
-        if run.evaluate is not None and (
-            step == settings.steps or (settings.eval_every and step % settings.eval_every == 0)
-        ):
-            metrics["eval/accuracy"] = run.evaluate(learner.policy)
-        metrics.update(accuracy(generation))
-        metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
+        metrics, generation, selection = _step(run, dist, step)
         history.append({"step": step, **metrics})
         run.log.write(step, metrics)
         last = generation.last  # the step's last rows; this process logs its own block
-        last_advantages_B = selection.advantages_B[-last.rows :][dist.rows(last.rows)]
-        run.log.completions(step, last.prompts, last.completions, last.scores, last_advantages_B)
+        local_advantages_B = selection.advantages_B[-last.rows :][dist.rows(last.rows)]
+        run.log.completions(step, last.prompts, last.completions, last.scores, local_advantages_B)
         progress.update(step, metrics)
         updates = learner.objective.inner_iterations * int(selection.keep_B.any())
         if warning := guard.record(step, metrics, updates=updates):
@@ -160,6 +107,62 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
     progress.close()
     run.log.close()
     return _finish(run, dist, history, step, stopped_by, guard.healthy)
+
+
+def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation, Selection]:
+    """One step: generate → select → record the curriculum's statistics → update →
+    metrics (and the held-out accuracy when due)."""
+    settings, learner = run.settings, run.learner
+    step_started = time.perf_counter()
+    generation, seconds = generate(
+        run.rollouts,
+        run.sampler,
+        dist,
+        prompts_per_step=settings.prompts_per_step,
+        group_size=settings.group_size,
+        max_rounds=settings.max_rounds,
+    )
+    groups = generation.groups
+    selection = select_groups(
+        groups,
+        target_groups=settings.prompts_per_step,
+        scale=settings.advantage_scale,
+        eps=settings.advantage_eps,
+        critic_baseline=learner.critic is not None,
+        drop_B=generation.results.truncated_B if settings.mask_truncated_completions else None,
+    )
+    # Difficulty as estimated before this step's outcomes, for reasoning/len_*.
+    estimated_N = run.sampler.estimated_success(generation.indices)
+    signal = record_step(  # the curriculum's per-prompt statistics
+        run.sampler.stats,
+        generation.indices,
+        groups.rewards_NG,
+        generation.results.accuracy_B,
+        groups.zero_variance_N,
+        step,
+    )
+    signal.update(run.sampler.draw_metrics)  # the pooled curriculum's pre-screen, if on
+    train_started = time.perf_counter()
+    update = learn(learner, generation, selection, dist)
+    if update:
+        run.rollouts.engine.sync_weights(learner.policy)  # vLLM gets the new weights
+    times = {
+        "time/rollout": seconds["rollout"],
+        "time/reward": seconds["reward"],
+        "time/train": time.perf_counter() - train_started,
+        "time/step": time.perf_counter() - step_started,
+    }
+    lr = learner.optimization.scheduler.get_last_lr()[0]
+    metrics = step_metrics(
+        generation, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
+    )
+    if run.evaluate is not None and (
+        step == settings.steps or (settings.eval_every and step % settings.eval_every == 0)
+    ):
+        metrics["eval/accuracy"] = run.evaluate(learner.policy)
+    metrics.update(accuracy(generation))
+    metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
+    return metrics, generation, selection
 
 
 def _evaluate_before(run: Run) -> list[dict[str, float]]:

@@ -16,11 +16,13 @@ def reasoning_metrics(
     group b // G."""
     results = generation.results
     success_B = [p for p in estimated_success_N for _ in range(group_size)]
-    think_B = None if results.think_chars_B is None else results.think_chars_B.tolist()
+    think_B: list[int | None] = []
+    if results.think_chars_B is not None and results.has_think_B is not None:
+        think_B = [
+            chars if has else None
+            for chars, has in zip(
+                results.think_chars_B.tolist(), results.has_think_B.tolist(), strict=True
+            )
+        ]
     correction_B = [] if results.self_correction_B is None else results.self_correction_B.tolist()
-    return reasoning_summary(
-        results.length_B.tolist(),
-        success_B,
-        [None if chars < 0 else chars for chars in think_B] if think_B is not None else [],
-        correction_B,
-    )
+    return reasoning_summary(results.length_B.tolist(), success_B, think_B, correction_B)

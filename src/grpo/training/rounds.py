@@ -9,13 +9,15 @@ until the step has enough groups with reward variance; the rounds are then merge
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
 from grpo.algo.groups import Groups
 from grpo.algo.overlong import overlong_penalty
-from grpo.rewards.runner import RewardScores
+from grpo.log.metric_table import merge_rounds as merge_round_metrics
+from grpo.rewards.runner import RewardFunction, RewardScores
 from grpo.rollout.engine import Rollout, concat_rollouts
 
 
@@ -29,7 +31,8 @@ class RowResults:
     truncated_B: torch.Tensor  # bool: cut at max_new_tokens
     accuracy_B: torch.Tensor | None = None  # the run's accuracy reward, when it has one
     overlong_penalty_B: torch.Tensor | None = None  # DAPO's shaping, already in reward_B
-    think_chars_B: torch.Tensor | None = None  # float32: <think> characters; −1 = no block
+    has_think_B: torch.Tensor | None = None  # bool: the completion has a <think> block
+    think_chars_B: torch.Tensor | None = None  # int64: characters inside it (0 without one)
     self_correction_B: torch.Tensor | None = None  # bool: a self-correction phrase occurs
     env_tokens_B: torch.Tensor | None = None  # int64: tokens tools/environment inserted
 
@@ -57,6 +60,20 @@ class RowResults:
 
 
 @dataclass
+class ProducedRound:
+    """What a producer returns for one round: this process's rows, before scoring."""
+
+    rollout: Rollout
+    prompts: list[str]  # each row's prompt text
+    completions: list[str]  # each row's completion text (multi-turn: the model's turns)
+    columns: dict[str, list[Any]]  # what reward functions get beside prompts and completions
+    extra_rewards: list[RewardFunction]  # scored after the configured ones (an environment's)
+    skip_B: torch.Tensor | None  # bool: rows whose rewards must not count; None: none
+    metrics: dict[str, float]  # the producer's own, reduced by the metric table
+    inserted_tokens_B: torch.Tensor | None  # int64: tokens tools/environment inserted
+
+
+@dataclass
 class Round:
     """One round: its prompts, this process's rollout rows and their texts and scores, and
     the whole round's per-row results and groups."""
@@ -68,6 +85,7 @@ class Round:
     scores: RewardScores  # … and rewards
     results: RowResults  # every process's rows
     groups: Groups
+    metrics: dict[str, float] = field(default_factory=dict)  # the producer's (agent/…)
 
     @property
     def rows(self) -> int:
@@ -83,7 +101,7 @@ class Generation:
     rollout: Rollout  # this process's rows, round after round
     results: RowResults
     groups: Groups
-    reward_metrics: dict[str, float]
+    reward_metrics: dict[str, float]  # the reward runner's and the producer's, per step
     rounds: int
     last: Round
 
@@ -98,37 +116,6 @@ def needs_another_round(rounds: list[Round], target_groups: int, max_rounds: int
     return len(rounds) < max_rounds and informative_count(rounds) < target_groups
 
 
-def process_major(values_B: torch.Tensor, rounds: int, world_size: int) -> torch.Tensor:
-    """Rows in generation order (round after round, each split into world_size blocks) →
-    each process's rows of every round together, so process r holds block r of the result.
-
-    Example (2 rounds, 2 processes, rows 0–3 then 4–7):
-        >>> process_major(torch.arange(8), 2, 2)
-        tensor([0, 1, 4, 5, 2, 3, 6, 7])
-    """
-    return values_B.reshape(rounds, world_size, -1).transpose(0, 1).reshape(-1)
-
-
-def merge_reward_metrics(per_round: list[dict[str, float]]) -> dict[str, float]:
-    """Reward metrics over equal-sized rounds: errors and seconds add up, stds pool
-    exactly (σ² = mean_r(σ_r² + μ_r²) − μ²), the rest average."""
-    if len(per_round) == 1:
-        return per_round[0]
-    metrics: dict[str, float] = {}
-    for key in per_round[0]:
-        values = [r[key] for r in per_round]
-        mean_key = key.removesuffix("/std") + "/mean"
-        if key.endswith(("/errors", "/seconds")):
-            metrics[key] = sum(values)
-        elif key.endswith("/std") and mean_key in per_round[0]:
-            means = [r[mean_key] for r in per_round]
-            second = sum(s * s + m * m for s, m in zip(values, means, strict=True)) / len(values)
-            metrics[key] = max(second - (sum(means) / len(values)) ** 2, 0.0) ** 0.5
-        else:
-            metrics[key] = sum(values) / len(values)
-    return metrics
-
-
 def merge_rounds(rounds: list[Round], pad_token_id: int) -> Generation:
     """All rounds as one: prompts, per-row results and groups in generation order, this
     process's rollout rows round after round."""
@@ -137,7 +124,7 @@ def merge_rounds(rounds: list[Round], pad_token_id: int) -> Generation:
         rollout=concat_rollouts([r.rollout for r in rounds], pad_token_id),
         results=RowResults.cat([r.results for r in rounds]),
         groups=Groups.cat([r.groups for r in rounds]),
-        reward_metrics=merge_reward_metrics([r.scores.metrics for r in rounds]),
+        reward_metrics=merge_round_metrics([{**r.scores.metrics, **r.metrics} for r in rounds]),
         rounds=len(rounds),
         last=rounds[-1],
     )

@@ -9,7 +9,7 @@ from grpo.data.prompt_stats import write_prompt_stats
 from grpo.training.runtime.checkpoint import save_checkpoint, save_model
 from grpo.training.runtime.distributed import Dist
 from grpo.training.runtime.sharding import full_model_state, full_optimizer_state
-from grpo.training.setup import Run
+from grpo.training.state import Run
 
 
 def save_checkpoint_of(run: Run, step: int, dist: Dist, *, keep: int) -> None:

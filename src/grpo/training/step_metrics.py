@@ -1,16 +1,17 @@
 """The metrics stage: one flat dict of the step's numbers, the same on every process.
 
 Per-row values are the whole step's (gathered); each process's own parts (reward runner,
-update, timings) are reduced over processes first (see
-:func:`~grpo.training.runtime.distributed.reduce_step_metrics`). The glossary of every key is in
-the README.
+producer, update, timings) are reduced over processes first, each key as the metric table
+says (:mod:`grpo.log.metric_table`). The glossary of every key is in the README.
 """
 
 from __future__ import annotations
 
+from grpo.agents.rollout import env_token_frac
+from grpo.algo.selection import Selection
+from grpo.log.metric_table import reduce_processes
 from grpo.training.rounds import Generation
-from grpo.training.runtime.distributed import Dist, reduce_step_metrics
-from grpo.training.select import Selection
+from grpo.training.runtime.distributed import Dist
 
 
 def step_metrics(
@@ -25,9 +26,8 @@ def step_metrics(
 ) -> dict[str, float]:
     """Rewards, groups, the learning signal (``signal``: group outcomes and sample
     counts), completion lengths, the update and the step's seconds."""
-    reward_metrics, update, times = reduce_step_metrics(
-        dist, generation.reward_metrics, update, times
-    )
+    reward_metrics = reduce_over_processes(dist, generation.reward_metrics)
+    update, times = reduce_over_processes(dist, update), reduce_over_processes(dist, times)
     results, groups = generation.results, generation.groups
     length_B = results.length_B.float()
     metrics = {
@@ -49,8 +49,8 @@ def step_metrics(
     if results.overlong_penalty_B is not None:
         metrics["reward/overlong_penalty"] = results.overlong_penalty_B.mean().item()
     if results.env_tokens_B is not None:  # multi-turn: Σ inserted / Σ (inserted + model)
-        inserted = results.env_tokens_B.sum().item()
-        metrics["agent/env_token_frac"] = inserted / max(inserted + length_B.sum().item(), 1.0)
+        inserted, model = results.env_tokens_B.sum().item(), length_B.sum().item()
+        metrics["agent/env_token_frac"] = env_token_frac(inserted, model)
     if selection.dropped_rows is not None:
         metrics["truncated_masked"] = float(selection.dropped_rows)
     return metrics
@@ -62,3 +62,10 @@ def accuracy(generation: Generation) -> dict[str, float]:
     if accuracy_B is None:
         return {}
     return {"accuracy": (accuracy_B >= 1.0).float().mean().item()}
+
+
+def reduce_over_processes(dist: Dist, metrics: dict[str, float]) -> dict[str, float]:
+    """Each process's values of ``metrics`` as one, by the metric table (identity alone)."""
+    if not dist.enabled or not metrics:
+        return dict(metrics)
+    return reduce_processes(dist.gather_values(metrics))

@@ -13,7 +13,6 @@ no collective, nothing copied, so a single process pays nothing for any of this.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -154,78 +153,3 @@ def init_distributed(config: DistributedConfig, device_name: str) -> tuple[Dist,
         owns_group=owns_group,
     )
     return dist, device
-
-
-# --- metrics ---------------------------------------------------------------------------
-
-
-def reduce_metrics(
-    dist: Dist, metrics: dict[str, float], rules: dict[str, str], default: str = "mean"
-) -> dict[str, float]:
-    """One value per key across processes; ``rules[key]`` ∈ sum, mean, min, max.
-
-    A key ending in ``/std`` whose ``/mean`` sibling is present is pooled exactly over
-    equal-sized shards: σ² = mean_r(σ_r² + μ_r²) − μ², μ = mean_r(μ_r).
-    """
-    if not dist.enabled:
-        return dict(metrics)
-    gathered = dist.gather_values(metrics)
-    reduced: dict[str, float] = {}
-    for key, values in gathered.items():
-        rule = rules.get(key, default)
-        if key.endswith("/std") and key.removesuffix("/std") + "/mean" in gathered:
-            means = gathered[key.removesuffix("/std") + "/mean"]
-            mean = sum(means) / len(means)
-            second = sum(s * s + m * m for s, m in zip(values, means, strict=True)) / len(means)
-            reduced[key] = math.sqrt(max(second - mean * mean, 0.0))
-        elif rule == "sum":
-            reduced[key] = sum(values)
-        elif rule == "min":
-            reduced[key] = min(values)
-        elif rule == "max":
-            reduced[key] = max(values)
-        else:
-            reduced[key] = sum(values) / len(values)
-    return reduced
-
-
-def reduce_step_metrics(
-    dist: Dist,
-    reward_metrics: dict[str, float],
-    update_metrics: dict[str, float],
-    times: dict[str, float],
-) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """The three groups of per-process metrics of a step, each reduced over processes.
-
-    Reward runner metrics: errors add up, the slowest process's seconds count, means and
-    stds (over equal-sized shards) pool. Update metrics are each process's parts of the
-    whole step's sums (policy_update), so they add up, except ratio_min/max (min/max) and
-    grad_norm (the same everywhere). Times: the slowest process's.
-    """
-    if not dist.enabled:
-        return reward_metrics, update_metrics, times
-    rules = {
-        **{
-            key: "sum" if key.endswith("/errors") else "max" if key.endswith("/seconds") else "mean"
-            for key in reward_metrics
-        },
-        **dict.fromkeys(update_metrics, "sum"),
-        "ratio_min": "min",
-        "ratio_max": "max",
-        **{  # the sampler correction's extremes: sampler/…_min, sampler/…_max
-            key: key.rsplit("_", 1)[1]
-            for key in update_metrics
-            if key.startswith("sampler/") and key.endswith(("_min", "_max"))
-        },
-        "grad_norm": "max",
-        "skipped_updates": "max",
-        **dict.fromkeys(times, "max"),
-    }
-    reduced = reduce_metrics(dist, {**reward_metrics, **update_metrics, **times}, rules)
-    if update_metrics:
-        reduced["clip_frac"] = reduced["clip_frac_low"] + reduced["clip_frac_high"]
-
-    def pick(group: dict[str, float]) -> dict[str, float]:
-        return {key: reduced[key] for key in group}
-
-    return pick(reward_metrics), pick(update_metrics), pick(times)

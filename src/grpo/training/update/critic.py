@@ -77,8 +77,8 @@ def ppo_update(
     old_values_BT = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)
     with torch.no_grad():
         for rows, micro in zip(slices, micro_batches, strict=True):
-            values_bt = _values(critic.model, micro)
-            old_values_BT[rows, : values_bt.shape[1]] = values_bt
+            values_BT = _values(critic.model, micro)
+            old_values_BT[rows, : values_BT.shape[1]] = values_BT
     advantages_BT, returns_BT = gae(
         terminal_rewards(rewards_B, mask_BT),
         old_values_BT,

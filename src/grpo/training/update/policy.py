@@ -24,7 +24,8 @@ from grpo.models.wrappers import is_fsdp_sharded
 from grpo.training.runtime.optim import Optimization
 from grpo.training.update.batch import Reference, TrainBatch, micro_slices
 from grpo.training.update.shard import Shard
-from grpo.training.update.surrogate import add_correction_sums, correction_totals, surrogate_loss
+from grpo.training.update.stats import MicroStats, fold_update
+from grpo.training.update.surrogate import surrogate_loss
 
 
 def policy_update(
@@ -57,33 +58,21 @@ def policy_update(
     micro_batches, weights, normalizers = _plan(
         batch, sequences_per_micro_batch, objective.max_completion_length, shard
     )
-    use_kl = objective.beta > 0
     reference_logps = [
         _reference_logprobs(
             policy, reference or Reference(), micro, objective.temperature, share_prompt
         )
-        if use_kl
+        if objective.beta > 0
         else None
         for micro in micro_batches
     ]
-    old_logps: list[torch.Tensor | None] = [None] * len(micro_batches)
-    # Every key from the start: a process with only filler passes reports neutral values.
-    totals: dict[str, float] = {
-        "loss": 0.0,
-        "clip_frac_low": 0.0,
-        "clip_frac_high": 0.0,
-        "ratio_min": math.inf,
-        "ratio_max": -math.inf,
-        "entropy": 0.0,
-        "sampler_logp_gap": 0.0,
-        "grad_norm": 0.0,
-        "skipped_updates": 0.0,  # updates skipped for a non-finite loss or gradient
-        **correction_totals(objective),
-    }
-    if use_kl:
-        totals["kl"] = 0.0
+    old_logps: list[torch.Tensor | None] = [None] * len(micro_batches)  # π_old: iteration 0's
+    first: list[MicroStats] = []
+    last: list[MicroStats] = []
+    grad_norms: list[float] = []
+    skipped = 0
     for iteration in range(objective.inner_iterations):
-        losses = _accumulate_gradients(
+        passes = _accumulate_gradients(
             policy,
             micro_batches,
             weights,
@@ -91,13 +80,26 @@ def policy_update(
             objective,
             normalizers,
             shard,
-            totals,
-            iteration,
+            first=iteration == 0,
             share_prompt=share_prompt,
         )
-        _optimizer_step(optimization, losses, shard, totals, objective.inner_iterations)
-    totals["clip_frac"] = totals["clip_frac_low"] + totals["clip_frac_high"]
-    return totals
+        if iteration == 0:
+            old_logps = [logp for _, logp in passes]
+        stats = [micro for micro, _ in passes if micro is not None]
+        first = stats if iteration == 0 else first
+        last = stats
+        grad_norm, stepped = _optimizer_step(optimization, [s.loss for s in stats], shard)
+        grad_norms.append(grad_norm)
+        skipped += 0 if stepped else 1
+    return fold_update(
+        first,
+        last,
+        grad_norms,
+        skipped,
+        num_tokens=normalizers["num_tokens"],
+        correction_keys=objective.correction.mode != "none",
+        use_kl=objective.beta > 0,
+    )
 
 
 def _plan(
@@ -129,60 +131,39 @@ def _accumulate_gradients(
     objective: Objective,
     normalizers: dict[str, int],
     shard: Shard | None,
-    totals: dict[str, float],
-    iteration: int,
     *,
+    first: bool,
     share_prompt: bool,
-) -> list[float]:
-    """Forward and backward every micro-batch; add its statistics to ``totals`` (the last
-    iteration's losses, the first's entropy); return this update's micro-batch losses."""
-    first, last = iteration == 0, iteration == objective.inner_iterations - 1
-    token_total = max(normalizers["num_tokens"], 1)
+) -> list[tuple[MicroStats | None, torch.Tensor]]:
+    """Forward and backward every micro-batch: per pass its statistics (None for a filler
+    pass) and its detached log-probs (π_old's, on the first iteration)."""
     no_sync = shard.no_sync if shard is not None else None
-    losses: list[float] = []  # with any KL term
+    passes = []
     for index, micro in enumerate(micro_batches):
         # Gradients are summed across processes once, in the step's last backward.
         local_only = no_sync is not None and index < len(micro_batches) - 1
+        old_logps, reference_logps = logps
         with no_sync() if local_only else contextlib.nullcontext():
-            metrics = _micro_step(
-                policy,
-                micro,
-                logps,
-                index,
-                weights[index],
-                first,
-                objective,
-                normalizers,
-                share_prompt=share_prompt,
+            passes.append(
+                _micro_step(
+                    policy,
+                    micro,
+                    (old_logps[index], reference_logps[index]),
+                    weights[index],
+                    first,
+                    objective,
+                    normalizers,
+                    share_prompt=share_prompt,
+                )
             )
-        if weights[index] == 0.0:
-            continue
-        losses.append(metrics["loss"])
-        tokens = float(micro.completion_mask_BT.sum())
-        if last:
-            totals["loss"] += metrics["loss"]
-            if objective.beta > 0:
-                totals["kl"] += metrics["kl"]
-            totals["clip_frac_low"] += metrics["clip_frac_low"] * tokens / token_total
-            totals["clip_frac_high"] += metrics["clip_frac_high"] * tokens / token_total
-            totals["ratio_min"] = min(totals["ratio_min"], metrics["ratio_min"])
-            totals["ratio_max"] = max(totals["ratio_max"], metrics["ratio_max"])
-        if first:
-            totals["entropy"] += metrics["entropy_sum"] / token_total
-            totals["sampler_logp_gap"] += metrics["gap_sum"] / token_total
-            add_correction_sums(totals, metrics, token_total)
-    return losses
+    return passes
 
 
 def _optimizer_step(
-    optimization: Optimization,
-    losses: list[float],
-    shard: Shard | None,
-    totals: dict[str, float],
-    inner_iterations: int,
-) -> None:
+    optimization: Optimization, losses: list[float], shard: Shard | None
+) -> tuple[float, bool]:
     """Clip, then step, unless the loss or the gradient is not finite; the LR schedule
-    steps either way."""
+    steps either way. Returns the gradient norm before clipping and whether it stepped."""
     optimizer = optimization.optimizer
     # The optimizer's own parameters: under FSDP, policy.parameters() can list the unsharded
     # copies (the root stays unsharded after a no-grad forward), which get no gradient.
@@ -191,32 +172,32 @@ def _optimizer_step(
     grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_norm if max_norm > 0 else math.inf)
     if hasattr(grad_norm, "full_tensor"):  # FSDP: a replicated DTensor
         grad_norm = grad_norm.full_tensor()
-    totals["grad_norm"] += grad_norm.item() / inner_iterations
     finite = bool(torch.isfinite(grad_norm)) and all(map(math.isfinite, losses))
     if shard is not None and shard.all_agree is not None:
         finite = shard.all_agree(finite)  # a loss is local: every process must skip
     if finite:
         optimizer.step()
-    else:  # skipped: parameters and optimizer state stay exactly as they were
-        totals["skipped_updates"] += 1.0
+    # else skipped: parameters and optimizer state stay exactly as they were
     optimization.scheduler.step()  # the LR schedule stays on the step clock either way
     optimizer.zero_grad(set_to_none=True)
+    return grad_norm.item(), finite
 
 
 def _micro_step(
     policy: nn.Module,
     micro: TrainBatch,
-    logps: tuple[list[torch.Tensor | None], list[torch.Tensor | None]],
-    index: int,
+    logps: tuple[torch.Tensor | None, torch.Tensor | None],
     weight: float,
     first: bool,
     objective: Objective,
     normalizers: dict[str, int],
     *,
     share_prompt: bool,
-) -> dict[str, float]:
-    """Forward, loss × ``weight``, backward for one micro-batch; its scalar statistics."""
-    old_logps, reference_logps = logps
+) -> tuple[MicroStats | None, torch.Tensor]:
+    """Forward, loss × ``weight``, backward for one micro-batch: its statistics (None for
+    a filler pass, ``weight`` 0) and its detached log-probs. ``logps``: π_old's (None on
+    the first iteration: this pass's own, the weights have not moved yet) and π_ref's."""
+    old_logp_BT, reference_logp_BT = logps
     logp_BT, entropy_BT = completion_logprobs(
         policy,
         micro.prompt_ids_BP,
@@ -229,35 +210,40 @@ def _micro_step(
         attention_mask_BT=micro.attention_mask_BT,
         share_prompt=share_prompt,
     )
-    if old_logps[index] is None:
-        old_logps[index] = logp_BT.detach()
+    if old_logp_BT is None:
+        old_logp_BT = logp_BT.detach()
     loss, stats, correction = surrogate_loss(
-        logp_BT, old_logps[index], entropy_BT, micro, objective, normalizers, with_metrics=first
+        logp_BT, old_logp_BT, entropy_BT, micro, objective, normalizers, with_metrics=first
     )
     mask_BT = micro.completion_mask_BT
-    metrics: dict[str, float] = {}
+    kl = None
     if objective.beta > 0:
-        kl_BT = kl_penalty(logp_BT, reference_logps[index], objective.kl_kind)
+        kl_BT = kl_penalty(logp_BT, reference_logp_BT, objective.kl_kind)
         kl_term = aggregate(kl_BT, mask_BT, objective.aggregation, **normalizers)
         loss = loss + objective.beta * kl_term
-        metrics["kl"] = kl_term.item()
+        kl = kl_term.item()
     (loss if weight == 1.0 else loss * weight).backward()
     if weight == 0.0:
-        return metrics
-    metrics.update(
+        return None, old_logp_BT
+    entropy_sum = gap_sum = None
+    if first:
+        keep_BT = mask_BT.bool()
+        entropy_sum = float(entropy_BT.detach()[keep_BT].sum())
+        gap_BT = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
+        gap_sum = float(gap_BT[keep_BT].sum())
+    micro_stats = MicroStats(
         loss=loss.item(),
+        kl=kl,
         clip_frac_low=stats["clip_frac_low"].item(),
         clip_frac_high=stats["clip_frac_high"].item(),
         ratio_min=stats["ratio_min"].item(),
         ratio_max=stats["ratio_max"].item(),
+        tokens=float(mask_BT.sum()),
+        entropy_sum=entropy_sum,
+        gap_sum=gap_sum,
+        correction=correction,
     )
-    if first:
-        keep_BT = mask_BT.bool()
-        metrics["entropy_sum"] = float(entropy_BT.detach()[keep_BT].sum())
-        gap_BT = (logp_BT.detach() - micro.sampler_logp_BT.to(logp_BT.device)).abs()
-        metrics["gap_sum"] = float(gap_BT[keep_BT].sum())
-        metrics.update(correction)  # "sampler/…" sums, when a correction is on
-    return metrics
+    return micro_stats, old_logp_BT
 
 
 def _reference_logprobs(

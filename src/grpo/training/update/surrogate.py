@@ -8,8 +8,6 @@ micro-batch gradients still add up to the one-batch gradient.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from grpo.algo.corrections import correction_sums, sampler_correction
@@ -61,30 +59,3 @@ def surrogate_loss(
         bonus = aggregate(entropy_BT, mask_BT, "token", num_tokens=normalizers["num_tokens"])
         loss = loss - objective.entropy_coef * bonus
     return loss, stats, sums
-
-
-def correction_totals(objective: Objective) -> dict[str, float]:
-    """The correction's metric keys with neutral starting values ({} with no correction, so
-    a run without one logs exactly the keys it always did)."""
-    if objective.correction.mode == "none":
-        return {}
-    keys = ("kl_k3", "is_ratio_mean", "is_weight_mean", "masked_frac", "capped_frac")
-    totals = {f"sampler/{key}": 0.0 for key in keys}
-    for name in ("is_ratio", "is_weight"):
-        totals[f"sampler/{name}_min"] = math.inf
-        totals[f"sampler/{name}_max"] = -math.inf
-    return totals
-
-
-def add_correction_sums(totals: dict[str, float], metrics: dict[str, float], tokens: int) -> None:
-    """Fold one micro-batch's ``sampler/…`` sums into ``totals``: extremes by min/max, the
-    rest as shares of the step's ``tokens`` (so processes' parts add up)."""
-    for key, value in metrics.items():
-        if not key.startswith("sampler/"):
-            continue
-        if key.endswith("_min"):
-            totals[key] = min(totals[key], value)
-        elif key.endswith("_max"):
-            totals[key] = max(totals[key], value)
-        else:
-            totals[key] += value / max(tokens, 1)

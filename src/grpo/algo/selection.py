@@ -1,4 +1,4 @@
-"""The select stage: the group baseline, and which groups train.
+"""Selection: the group baseline, and which groups train.
 
 GRPO: A_i = (r_i − mean(r)) / (std(r) + eps) within each group (see
 :func:`~grpo.algo.advantages.group_advantages`); only informative groups train (reward

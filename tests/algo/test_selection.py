@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from grpo.algo.groups import Groups
+from grpo.algo.selection import select_groups
 from grpo.rollout.engine import Rollout
-from grpo.training.select import select_groups
 from grpo.training.update.batch import TrainBatch
 
 

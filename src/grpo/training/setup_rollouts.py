@@ -1,0 +1,85 @@
+"""Set-up of the rollout side: the engine, how it samples, the producer (single- or
+multi-turn) and what scores its rows, from the ``[rollout]``, ``[agent]`` and reward keys."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from grpo.agents.chat import ChatFormat
+from grpo.agents.environment import resolve_environment
+from grpo.agents.parser import get_parser
+from grpo.agents.rollout import AgentSettings
+from grpo.agents.tools import resolve_tools, tool_schema
+from grpo.config import Config
+from grpo.data.dataset import PromptDataset
+from grpo.eval.reasoning import phrase_pattern
+from grpo.rewards.runner import RewardFunction, accuracy_reward
+from grpo.rollout.engine import SamplingParams, decode_completions
+from grpo.rollout.turns import TurnEngine
+from grpo.training.engines import rollout_engine
+from grpo.training.producers import MultiTurn, Producer, SingleTurn
+from grpo.training.runtime.distributed import Dist
+from grpo.training.state import Rollouts
+
+
+def build_rollouts(
+    config: Config,
+    policy: nn.Module,
+    tokenizer: Any,
+    dataset: PromptDataset,
+    rewards: list[RewardFunction],
+    dist: Dist,
+    device: torch.device,
+) -> Rollouts:
+    rollout_cfg = config.rollout
+    sampling = SamplingParams(
+        temperature=rollout_cfg.temperature,
+        top_p=rollout_cfg.top_p,
+        top_k=rollout_cfg.top_k,
+        max_new_tokens=rollout_cfg.max_new_tokens,
+        stop_strings=tuple(rollout_cfg.stop_strings),
+    )
+    engine = rollout_engine(config, policy, tokenizer, dist)
+    # The same seed in every process: the sampling noise is drawn for the whole step.
+    generator = torch.Generator(device=device).manual_seed(config.train.seed)
+    producer: Producer
+    if config.agent.enabled:
+        assert isinstance(engine, TurnEngine)  # both built-in engines sample turn by turn
+        settings = agent_settings(config.agent, tokenizer)
+        producer = MultiTurn(engine, sampling, generator, dataset, settings)
+    else:
+        decode = partial(decode_completions, tokenizer)
+        producer = SingleTurn(engine, sampling, generator, dataset, decode)
+    accuracy = accuracy_reward(rewards)
+    return Rollouts(
+        producer=producer,
+        engine=engine,
+        generator=generator,
+        rewards=rewards,
+        accuracy_reward=accuracy.name if accuracy is not None else None,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=rollout_cfg.max_new_tokens,
+        overlong_buffer=config.algorithm.overlong_buffer,
+        overlong_penalty=config.algorithm.overlong_penalty,
+        self_correction=phrase_pattern(config.train.self_correction_phrases),
+    )
+
+
+def agent_settings(config: Any, tokenizer: Any) -> AgentSettings:
+    """The ``[agent]`` section resolved: tools imported and checked, the environment class."""
+    tools = resolve_tools(config.tools)
+    return AgentSettings(
+        chat=ChatFormat(tokenizer, [tool_schema(fn) for fn in tools.values()]),
+        tools=tools,
+        parser=get_parser(config.parser),
+        environment=resolve_environment(config.environment) if config.environment else None,
+        max_turns=config.max_turns,
+        max_tool_response_tokens=config.max_tool_response_tokens,
+        tool_timeout_s=config.tool_timeout_s,
+        env_timeout_s=config.env_timeout_s,
+        env_on_error=config.env_on_error,
+    )
