@@ -135,22 +135,6 @@ def compare_rows(base_dir: Path, new_dir: Path, name: str) -> tuple[str, list[st
     return f"{len(base)} rows", problems
 
 
-def coverage(run_dir: Path) -> tuple[list[str], bool]:
-    """What the base run exercised (lines for the summary) and whether it is enough."""
-    rows = read_jsonl(run_dir / "metrics.jsonl") or []
-    rounds = [int(row.get("generation_rounds", 0)) for row in rows]
-    trained = [int(row.get("groups_trained", 0)) for row in rows]
-    lines = [
-        f"generation_rounds per step: {rounds} (> 1 on {sum(r > 1 for r in rounds)} step(s))",
-        f"groups_trained per step:    {trained} ({sum(trained)} groups in all)",
-    ]
-    for key in ("kl", "clip_frac_low", "clip_frac_high", "accuracy"):
-        values = [f"{row[key]:.3g}" for row in rows if key in row]
-        lines.append(f"{key + ' per step:':27} [{', '.join(values)}]")
-    enough = any(r > 1 for r in rounds) and sum(trained) > 0
-    return lines, enough
-
-
 def compare(base_dir: Path, new_dir: Path) -> list[str]:
     """Print every comparison; return the titles of those that differ."""
     checks = [

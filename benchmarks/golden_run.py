@@ -1,36 +1,42 @@
 """Golden run: prove that a change of the code (a refactor) changed no training behaviour.
 
-    python benchmarks/golden_run.py --against a61fbf6            # working tree vs a61fbf6
-    python benchmarks/golden_run.py --against HEAD --steps 6 --keep /tmp/golden
+    python benchmarks/golden_run.py --against 3ac6e6b            # working tree vs 3ac6e6b
+    python benchmarks/golden_run.py --against HEAD --config agent --steps 3 --keep /tmp/golden
 
-One fixed-seed training is run twice on the CPU, one run after the other: once with the code
-of the ``--against`` commit (its ``src/``, extracted with ``git archive`` into a temporary
-folder) and once with the working tree's ``src/``. Each run is a ``python -m grpo train``
-subprocess whose PYTHONPATH starts with that code's ``src`` (checked: ``grpo.__file__`` must
-resolve inside it), with one thread (OMP_NUM_THREADS=1) so the kernels are deterministic.
+Each fixed-seed config (``--config single``, ``agent`` or ``both``, the default; they are
+in ``golden_configs.py``) is trained twice on the CPU, one run after the other: once with
+the code of the ``--against`` commit (its ``src/``, extracted with ``git archive`` into a
+temporary folder) and once with the working tree's ``src/``. Each run is a ``python -m grpo
+train`` subprocess whose PYTHONPATH starts with that code's ``src`` (checked: ``grpo.__file__``
+must resolve inside it), with one thread (OMP_NUM_THREADS=1) so the kernels are deterministic.
 
-The fixtures are built once, with the commit's code, and shared by both runs: a tiny random
-Llama with a character tokenizer and 64 arithmetic prompts with an ``answer`` column. The
-config trains with μ = 2 optimizer steps per rollout batch, a KL penalty (β = 0.04), a
-clip range narrow enough to clip (1 − 0.05, 1 + 0.08: DAPO's clip-higher), DAPO
-dynamic sampling (≤ 3 generation rounds), the adaptive curriculum, two reward functions (the
-built-in ``numeric_answer`` and a deterministic leading-digit reward written next to the
-config, so that rewards vary within groups), gradient accumulation (16 rows per generation
-round in micro-batches of 3), lr 1e-3, a completion table every step, and train.seed 7 (not
-0, which would hide a changed seed multiplier such as the curriculum sampler's).
+A config's fixtures are built once, with the commit's code, and shared by both runs.
+``single`` (5 steps) is single-turn GRPO with μ = 2, β > 0, a clip range narrow enough to
+clip, DAPO dynamic sampling, the curriculum, two rewards and gradient accumulation.
+``agent`` (2 steps) is multi-turn through ``[agent]``: an environment that rewards every
+turn and a tool, on a tiny model warm-started to write tool calls (whole and botched), so the
+tool call executor, environment rewards, ``agent/*`` metrics and the masking of inserted
+tokens are covered too. ``golden_configs.py`` describes both in full.
 
-Both runs must give bitwise-equal final weights (every tensor of ``final/*.safetensors``),
-identical ``metrics.jsonl`` lines (exact values; keys starting with ``time/`` or ending in
-``/seconds`` are timings and ignored), and identical ``completions.jsonl`` and
-``prompt_stats.jsonl`` rows. The summary also shows, from the commit's metrics, that dynamic
-sampling drew more than one round on some step and that groups were trained.
+Both use train.seed 7 (not 0, which would hide a changed seed multiplier such as the
+curriculum sampler's). For each config both runs must give bitwise-equal final weights (every
+tensor of ``final/*.safetensors``), identical ``metrics.jsonl`` lines (exact values; keys
+starting with ``time/`` or ending in ``/seconds`` are timings and ignored), and identical
+``completions.jsonl`` and ``prompt_stats.jsonl`` rows. The summary also shows, from the
+commit's metrics, what the config exercised: for ``single`` that dynamic sampling drew more
+than one round on some step and that groups were trained; for ``agent`` that rows ran more
+than one turn, tools were called, tokens were inserted, the environment rewarded and agent/*
+metrics were logged, and that groups were trained.
 
-Exit status: 0 = PASS (equal); 1 = FAIL (something differs, or the new code failed to train:
-what differs is listed, tensor by tensor and metric key by key with its steps); 2 = the check
-itself could not run (bad commit, the commit's code failed) or was inconclusive (equal, but
-the config did not exercise dynamic sampling or training on this seed).
+Exit status: 0 = PASS (every config chosen is equal); 1 = FAIL (a config differs, or the new
+code failed to train it: what differs is listed, tensor by tensor and metric key by key with
+its steps); 2 = no FAIL, but the check itself could not run (bad commit, the commit's code
+failed) or was inconclusive (equal, but a config did not exercise what it is for on this
+seed) for some config.
 
-``--code DIR`` replaces the working tree's ``src`` as the new code (e.g. another extraction).
+``--steps N`` trains every config chosen N steps. ``--code DIR`` replaces the working tree's
+``src`` as the new code (e.g. another extraction). ``--keep DIR`` keeps the work folder: one
+subfolder per config with its fixtures, config, runs and logs.
 """
 
 from __future__ import annotations
@@ -45,85 +51,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from golden_compare import NewCodeError, SetupError, compare, coverage
+from golden_compare import NewCodeError, SetupError, compare, read_jsonl
+from golden_configs import CONFIGS, GoldenConfig
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 1800  # a run takes well under a minute; this only guards against a hang
 DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
-
-BUILD_FIXTURES = """\
-import sys
-from pathlib import Path
-
-from grpo.demo.model import build_tiny_llama
-from grpo.demo.task import make_splits, write_jsonl
-from grpo.demo.tokenizer import build_char_tokenizer
-
-work = Path(sys.argv[1])
-tokenizer = build_char_tokenizer(work / "model")
-build_tiny_llama(tokenizer, hidden_size=32, layers=2, heads=2, directory=work / "model")
-rows, _ = make_splits(64, 0, seed=1)
-write_jsonl(rows, work / "train.jsonl")
-"""
+PASS, FAIL, NOT_CHECKED = 0, 1, 2  # the exit statuses
 
 PROBE = """\
 import grpo, torch
 print(grpo.__file__)
 print(torch.get_num_threads())
-"""
-
-REWARD_MODULE = '''\
-"""A deterministic reward for the golden run: often equal within a group, often not."""
-
-
-def leading_digit(prompts, completions, **_):
-    """1 when the completion starts with a digit (as an answer would), else 0."""
-    return [float(text[:1].isdigit()) for text in completions]
-'''
-
-
-CONFIG = """\
-[model]
-path = {model}
-device = "cpu"
-dtype = "float32"
-
-[data]
-train_path = {data}
-
-[rollout]
-group_size = 4
-max_new_tokens = 8
-
-[algorithm]
-beta = 0.04
-inner_iterations = 2
-clip_low = 0.05  # narrow enough that the surrogate clips on both sides
-clip_high = 0.08
-dynamic_sampling = true
-max_generation_rounds = 3
-
-[curriculum]
-enabled = true
-
-[optim]
-lr = 1e-3
-
-[train]
-steps = {steps}
-seed = {seed}
-prompts_per_step = 4
-sequences_per_micro_batch = 3  # 16 rows per round: gradient accumulation over 6 micro-batches
-progress = false
-tensorboard = false
-completions_every = 1
-
-[[rewards]]
-function = "grpo.rewards:numeric_answer"
-
-[[rewards]]
-function = "golden_rewards:leading_digit"
-weight = 0.5
 """
 
 
@@ -138,11 +77,14 @@ class Side:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Train one fixed-seed config with a commit's code and with the working "
+        description="Train fixed-seed configs with a commit's code and with the working "
         "tree's code; require bitwise-equal weights and identical metrics.",
     )
     parser.add_argument("--against", required=True, help="the commit to compare with")
-    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    parser.add_argument(
+        "--config", choices=[*CONFIGS, "both"], default="both", help="which (default: both)"
+    )
+    parser.add_argument("--steps", type=int, help="training steps (default: single 5, agent 2)")
     parser.add_argument(  # not 0: seed × constant would hide a changed constant
         "--seed", type=int, default=7, help="train.seed (default 7)"
     )
@@ -153,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--code", type=Path, default=REPO / "src", help="the new code's src dir (default: ./src)"
     )
     args = parser.parse_args(argv)
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         parser.error("--steps must be ≥ 1")
     return args
 
@@ -186,7 +128,7 @@ def child_env(side: Side, work: Path) -> dict[str, str]:
     """The environment of every subprocess of one side: its code first, one thread."""
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     env.update(
-        PYTHONPATH=os.pathsep.join([str(side.src), str(work)]),  # work: the reward module
+        PYTHONPATH=os.pathsep.join([str(side.src), str(work)]),  # work: the config's modules
         OMP_NUM_THREADS="1",  # torch's intra-op threads: 1, so reductions run in one order
         MKL_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
@@ -244,11 +186,14 @@ def probe(side: Side, work: Path) -> str:
     return location
 
 
-def write_config(work: Path, steps: int, seed: int) -> Path:
-    """The fixed config, CONFIG with the fixtures' paths (run_dir: on the command line)."""
-    config = work / "golden.toml"
+def write_config(golden: GoldenConfig, work: Path, steps: int, seed: int) -> Path:
+    """The config's modules and its TOML with the fixtures' paths (run_dir: on the command
+    line)."""
+    for name, text in golden.modules.items():
+        (work / name).write_text(text)
+    config = work / f"golden-{golden.name}.toml"
     config.write_text(
-        CONFIG.format(
+        golden.toml.format(
             model=json.dumps(str(work / "model")),  # JSON strings are TOML basic strings
             data=json.dumps(str(work / "train.jsonl")),
             steps=steps,
@@ -265,14 +210,8 @@ def train(side: Side, work: Path, config: Path) -> tuple[Path, float]:
     return run_dir, seconds
 
 
-# --- comparison ---------------------------------------------------------------------------
-
-
-# --- driver -------------------------------------------------------------------------------
-
-
-def prepare(args: argparse.Namespace, work: Path, scratch: Path) -> tuple[Side, Side, Path]:
-    """Extract the commit, check where each side imports grpo from, build the fixtures."""
+def prepare(args: argparse.Namespace, work: Path, scratch: Path) -> tuple[Side, Side]:
+    """Extract the commit; check where each side imports grpo from."""
     sha = git("rev-parse", "--verify", f"{args.against}^{{commit}}")
     code = args.code.resolve()
     base = Side("base", f"commit {sha[:12]}", extract_commit(sha, scratch / "base"))
@@ -288,47 +227,61 @@ def prepare(args: argparse.Namespace, work: Path, scratch: Path) -> tuple[Side, 
     print(f"golden run: base = {base.label}, new = {new.label}")
     for side in (base, new):
         print(f"  {side.name:4} imports grpo from {probe(side, work)}")
-    run_python(base, work, ["-c", BUILD_FIXTURES, str(work)], work / "fixtures.log")
-    (work / "golden_rewards.py").write_text(REWARD_MODULE)
-    config = write_config(work, args.steps, args.seed)
-    print(
-        "fixtures (built once, with the base code): tiny random Llama (hidden 32, 2 layers) "
-        "+ char tokenizer; 64 arithmetic prompts with an answer column"
-    )
-    print(
-        f"config {config}: {args.steps} steps, seed {args.seed}; 4 prompts × G=4 = 16 rows "
-        "per round in micro-batches of 3; μ = 2; β = 0.04; clip [1 − 0.05, 1 + 0.08]; "
-        "dynamic sampling (≤ 3 rounds); curriculum; rewards numeric_answer + leading_digit "
-        "(×0.5); lr 1e-3; CPU float32, 1 thread"
-    )
-    return base, new, config
+    return base, new
 
 
-def golden_run(args: argparse.Namespace, work: Path, scratch: Path) -> int:
-    base, new, config = prepare(args, work, scratch)
+def check_config(
+    golden: GoldenConfig, sides: tuple[Side, Side], work: Path, steps: int, seed: int
+) -> tuple[int, str]:
+    """Train ``golden`` with both codes in ``work`` and compare: (exit status, verdict)."""
+    base = sides[0]
+    print(f"\n=== config {golden.name} ===")
+    run_python(base, work, ["-c", golden.fixtures, str(work)], work / "fixtures.log")
+    print(f"fixtures (built once, with the base code): {golden.fixtures_said}")
+    config = write_config(golden, work, steps, seed)
+    print(f"config {config}: {steps} steps, seed {seed}; {golden.said}; CPU float32, 1 thread")
     run_dirs: dict[str, Path] = {}
-    for side in (base, new):  # one after the other: never two trainings at once
+    for side in sides:  # one after the other: never two trainings at once
         run_dirs[side.name], seconds = train(side, work, config)
         print(f"{side.name} run ({side.label}): {seconds:.1f} s wall")
-    lines, enough = coverage(run_dirs["base"])
+    lines, enough = golden.coverage(read_jsonl(run_dirs["base"] / "metrics.jsonl") or [])
     print("exercised (base run's metrics):")
     for line in lines:
         print(f"  {line}")
     different = compare(run_dirs["base"], run_dirs["new"])
     if different:
-        print(f"FAIL: {new.label} does not reproduce {base.label}: {', '.join(different)} differ")
-        return 1
+        return FAIL, f"FAIL: does not reproduce the base: {', '.join(different)} differ"
     if not enough:
-        print(
-            "INCONCLUSIVE: the runs are equal, but the config did not exercise dynamic "
-            "sampling (> 1 generation round) and training on this seed; try another --seed"
+        return NOT_CHECKED, (
+            "INCONCLUSIVE: the runs are equal, but the config did not exercise what it is for "
+            "(see `exercised` above) on this seed; try another --seed"
         )
-        return 2
-    print(
-        f"PASS: {new.label} reproduces {base.label} bitwise over {args.steps} steps "
-        "(final weights, metrics, completions, prompt stats)"
+    return PASS, (
+        f"PASS: reproduces the base bitwise over {steps} steps (final weights, metrics, "
+        "completions, prompt stats)"
     )
-    return 0
+
+
+def golden_run(args: argparse.Namespace, work: Path, scratch: Path) -> int:
+    sides = prepare(args, work, scratch)
+    chosen = list(CONFIGS) if args.config == "both" else [args.config]
+    verdicts: dict[str, tuple[int, str]] = {}
+    for name in chosen:
+        golden, directory = CONFIGS[name], work / name
+        directory.mkdir()
+        try:
+            steps = args.steps or golden.steps
+            verdicts[name] = check_config(golden, sides, directory, steps, args.seed)
+        except SetupError as error:
+            verdicts[name] = NOT_CHECKED, f"cannot check: {error}"
+        except NewCodeError as error:
+            verdicts[name] = FAIL, f"FAIL: {error}"
+        print(f"{name}: {verdicts[name][1]}")
+    print(f"\nsummary ({sides[1].label} against {sides[0].label}):")
+    for name, (_, verdict) in verdicts.items():
+        print(f"  {name + ':':7} {verdict.splitlines()[0]}")
+    statuses = {status for status, _ in verdicts.values()}
+    return FAIL if FAIL in statuses else NOT_CHECKED if NOT_CHECKED in statuses else PASS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,18 +295,18 @@ def main(argv: list[str] | None = None) -> int:
             work = args.keep.resolve()
             if work.exists() and any(work.iterdir()):
                 print(f"golden run: --keep {work} must be new or empty", file=sys.stderr)
-                return 2
+                return NOT_CHECKED
         work.mkdir(parents=True, exist_ok=True)
         try:
             status = golden_run(args, work, Path(scratch))
         except SetupError as error:
             print(f"golden run: cannot check: {error}", file=sys.stderr)
-            status = 2
-        except NewCodeError as error:
+            status = NOT_CHECKED
+        except NewCodeError as error:  # the new code's probe failed
             print(f"FAIL: {error}")
-            status = 1
+            status = FAIL
         if args.keep is not None:
-            print(f"kept: {work} (run-base/, run-new/, the logs, the config and fixtures)")
+            print(f"kept: {work} (per config: run-base/, run-new/, the logs, config, fixtures)")
         elif status:
             print("(rerun with --keep DIR to keep the run folders and logs)")
         print(f"golden run: {time.perf_counter() - started:.1f} s in all")
