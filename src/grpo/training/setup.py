@@ -29,6 +29,7 @@ from grpo.models.shared_prompt import sharing_blocker
 from grpo.rewards.runner import RewardFunction, resolve_reward_functions
 from grpo.training.runtime.checkpoint import checkpoints_dir
 from grpo.training.runtime.distributed import Dist
+from grpo.training.runtime.optim import Optimization
 from grpo.training.runtime.resume import resume_point, resume_run
 from grpo.training.runtime.sharding import load_optimizer_state
 from grpo.training.setup_learner import (
@@ -38,7 +39,7 @@ from grpo.training.setup_learner import (
     build_optimization,
 )
 from grpo.training.setup_rollouts import agent_settings, build_rollouts
-from grpo.training.state import Learner, LoopSettings, Run
+from grpo.training.state import Learner, LoopSettings, Rollouts, Run
 
 
 def set_up(
@@ -72,18 +73,8 @@ def set_up(
     optimization = build_optimization(config, trained)
     critic = build_critic(config, device) if config.algorithm.estimator == "ppo" else None
     rollouts = build_rollouts(config, policy, tokenizer, dataset, reward_functions, dist, device)
-    start_step = resume_run(  # 0 without a checkpoint; rewinds what a killed run left
-        checkpoint_dir,
-        run_dir,
-        config_dict,
-        live=(
-            partial(load_optimizer_state, trained, optimization.optimizer, dist=dist),
-            optimization.scheduler,
-            sampler,
-            rollouts.generator,
-        ),
-        is_main=dist.is_main,
-        say=say,
+    start_step = _resume(
+        checkpoint_dir, run_dir, config_dict, trained, optimization, sampler, rollouts, dist, say
     )
     if start_step > 0:
         rollouts.engine.sync_weights(policy)  # an external engine starts from the base weights
@@ -117,6 +108,34 @@ def set_up(
         progress,
         start_step,
         say,
+    )
+
+
+def _resume(
+    checkpoint_dir: Path | None,
+    run_dir: Path,
+    config_dict: dict[str, Any],
+    trained: nn.Module,
+    optimization: Optimization,
+    sampler: PromptSampler,
+    rollouts: Rollouts,
+    dist: Dist,
+    say: Callable[[str], None],
+) -> int:
+    """The checkpoint's step after loading its state into the live parts (0 without one);
+    rewinds what a killed run wrote past it."""
+    return resume_run(
+        checkpoint_dir,
+        run_dir,
+        config_dict,
+        live=(
+            partial(load_optimizer_state, trained, optimization.optimizer, dist=dist),
+            optimization.scheduler,
+            sampler,
+            rollouts.generator,
+        ),
+        is_main=dist.is_main,
+        say=say,
     )
 
 

@@ -58,14 +58,7 @@ def policy_update(
     micro_batches, weights, normalizers = _plan(
         batch, sequences_per_micro_batch, objective.max_completion_length, shard
     )
-    reference_logps = [
-        _reference_logprobs(
-            policy, reference or Reference(), micro, objective.temperature, share_prompt
-        )
-        if objective.beta > 0
-        else None
-        for micro in micro_batches
-    ]
+    reference_logps = _reference_pass(policy, reference, micro_batches, objective, share_prompt)
     old_logps: list[torch.Tensor | None] = [None] * len(micro_batches)  # π_old: iteration 0's
     first: list[MicroStats] = []
     last: list[MicroStats] = []
@@ -100,6 +93,24 @@ def policy_update(
         correction_keys=objective.correction.mode != "none",
         use_kl=objective.beta > 0,
     )
+
+
+def _reference_pass(
+    policy: nn.Module,
+    reference: Reference | None,
+    micro_batches: list[TrainBatch],
+    objective: Objective,
+    share_prompt: bool,
+) -> list[torch.Tensor | None]:
+    """π_ref's log-probs of every micro-batch, once per update (none when β = 0)."""
+    if objective.beta <= 0:
+        return [None] * len(micro_batches)
+    return [
+        _reference_logprobs(
+            policy, reference or Reference(), micro, objective.temperature, share_prompt
+        )
+        for micro in micro_batches
+    ]
 
 
 def _plan(
