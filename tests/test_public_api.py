@@ -32,7 +32,8 @@ DOCTESTED = [
     "grpo.algo.losses",
     "grpo.algo.overlong",
     "grpo.algo.ppo",
-    "grpo.training.rounds",
+    "grpo.algo.rows",
+    "grpo.log.metric_table",
     "grpo.eval.evaluate",
 ]
 

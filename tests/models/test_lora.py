@@ -21,7 +21,7 @@ def test_lora_trains_adapters_and_saves_a_loadable_model(
     from transformers import AutoModelForCausalLM
 
     import grpo.training.loop
-    import grpo.training.setup
+    import grpo.training.setup_learner
 
     config = load_config(
         None,
@@ -41,8 +41,8 @@ def test_lora_trains_adapters_and_saves_a_loadable_model(
         ],
     )
     loaded = []
-    original = grpo.training.setup.load_reference
-    grpo.training.setup.load_reference = lambda *a, **k: loaded.append(1) or original(*a, **k)
+    original = grpo.training.setup_learner.load_reference
+    grpo.training.setup_learner.load_reference = lambda *a, **k: loaded.append(1) or original(*a, **k)
     try:
         result = grpo.training.loop.train(
             config,
@@ -50,7 +50,7 @@ def test_lora_trains_adapters_and_saves_a_loadable_model(
             verbose=False,
         )
     finally:
-        grpo.training.setup.load_reference = original
+        grpo.training.setup_learner.load_reference = original
     assert not loaded, "LoRA uses the base weights as the reference; no copy is loaded"
     trained = [row for row in result.history if row.get("groups_trained", 0) > 0]
     assert trained and all(row["kl"] >= 0 for row in trained)

@@ -148,6 +148,13 @@ def reduce_values(rule: Reduce, values: list[float], means: list[float] | None =
     """One value from equal-weighted ``values`` (rounds of equal size, or equal shards).
 
     Pooled std needs the parts' means: σ² = mean_r(σ_r² + μ_r²) − μ², μ = mean_r(μ_r).
+    Two rounds with rewards {0, 2} (μ=1, σ=1) and {4, 4} (μ=4, σ=0) pool to the std of
+    {0, 2, 4, 4}, which is √(mean(0, 4, 16, 16) − 2.5²) = √2.75:
+
+        >>> round(reduce_values(Reduce.POOLED_STD, [1.0, 0.0], means=[1.0, 4.0]), 4)
+        1.6583
+        >>> reduce_values(metric("reward/exact/errors").over_rounds, [2.0, 1.0])
+        3.0
     """
     if rule is Reduce.POOLED_STD:
         if means is None:
