@@ -119,6 +119,8 @@ def test_the_layer_rule_is_checked_for_real() -> None:
     assert "grpo.algo.groups" in _graph()["grpo.algo.advantages"]
     assert _layer("grpo.training.update.policy") == "training.update"
     assert _layer("grpo.training.loop") == "training"
+    assert _is_stage_level("grpo.training.loop") and not _is_stage_level("grpo.training.update")
+    assert not _is_stage_level("grpo.training.update.policy") and not _is_stage_level("grpo")
 
 
 def test_no_import_cycles() -> None:
@@ -136,3 +138,36 @@ def test_files_and_functions_are_small(path: Path) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = node.end_lineno - node.lineno + 1
             assert length <= MAX_FUNCTION_LINES, f"{path.name}: {node.name} is {length} lines"
+
+
+# Inside grpo.training: the composers build the run and drive the step; the stages each
+# do one part of it and share only the run's types, so a stage can be read, tested and
+# moved (the async producer) without the others.
+COMPOSERS = {"loop", "setup", "setup_learner", "setup_rollouts", "engines"}
+RUN_TYPES = {"state", "rounds", "producers"}
+
+
+def _is_stage_level(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) == 3 and parts[1] == "training" and _layer(module) == "training"
+
+
+def _stage_imports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each module directly in grpo.training and the siblings (not rooms) it imports."""
+    return {
+        module.split(".")[2]: {t.split(".")[2] for t in targets if _is_stage_level(t)}
+        for module, targets in graph.items()
+        if _is_stage_level(module)
+    }
+
+
+def test_a_stage_imports_no_other_stage() -> None:
+    stages = _stage_imports(_graph())
+    wrong = [
+        f"grpo.training.{name} imports grpo.training.{target}"
+        for name, targets in stages.items()
+        if name not in COMPOSERS
+        for target in sorted(targets - RUN_TYPES)
+    ]
+    assert not wrong, "\n".join(wrong) + "\n(stages share only state, rounds and producers)"
+    assert {"generate", "learn", "saving"} <= set(stages) and "loop" in stages

@@ -42,7 +42,9 @@ def test_lora_trains_adapters_and_saves_a_loadable_model(
     )
     loaded = []
     original = grpo.training.setup_learner.load_reference
-    grpo.training.setup_learner.load_reference = lambda *a, **k: loaded.append(1) or original(*a, **k)
+    grpo.training.setup_learner.load_reference = lambda *a, **k: (
+        loaded.append(1) or original(*a, **k)
+    )
     try:
         result = grpo.training.loop.train(
             config,
