@@ -93,7 +93,7 @@ def warm_start(task: Task, base_dir: Path, rows: list[dict], dev: list[dict], sa
     from grpo.demo.tokenizer import build_char_tokenizer
     from grpo.demo.warm_start import supervised_warm_start
     from grpo.eval.evaluate import greedy_accuracy
-    from grpo.rewards.runner import resolve_reward_functions
+    from grpo.rewards.resolve import resolve_reward_functions
 
     tokenizer = build_char_tokenizer()
     reward = resolve_reward_functions([RewardConfig(function=task.reward, accuracy=True)])[0]

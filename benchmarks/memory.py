@@ -87,9 +87,9 @@ def child(args: argparse.Namespace) -> None:
 
     import grpo.training.loop
     from grpo.config import load_config
-    from grpo.data.dataset import load_dataset_for
     from grpo.models.loading import load_tokenizer
     from grpo.rewards.runner import RewardFunction
+    from grpo.training.setup import load_dataset_for
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -100,7 +100,7 @@ def child(args: argparse.Namespace) -> None:
     rewards = [RewardFunction("offset_digit_fraction", offset_digit_fraction)]
     result: dict[str, object] = {"name": args.child}
     if args.child == "baseline":
-        tokenizer = load_tokenizer(config.model)
+        tokenizer = load_tokenizer(config.model.path, tokenizer_path=config.model.tokenizer_path)
         load_dataset_for(config.data.train_path, tokenizer, config.data)
         offset_digit_fraction(["1+1="], ["2"])
         torch.ones(4, 4) @ torch.ones(4, 4)

@@ -14,6 +14,7 @@ means one thing everywhere:
     T  completion token positions (right-padded)
     P  prompt token positions (left-padded)
     L  a whole sequence, P + T
+    U  new tokens fed on top of a KV cache in one forward (the last sampled id, an insertion)
     V  the vocabulary
     H  the model's hidden size
     F  token positions flattened out of (B, T), the rows of a matrix (chunked LM head)
@@ -26,6 +27,14 @@ means one thing everywhere:
 
 So ``advantages_B`` is one advantage per completion, ``advantages_BT`` one per completion
 token (PPO's GAE, or GRPO's A_i expanded along T), ``rewards_NG`` a step's rewards by group.
+
+Whose rows. Under torchrun each process generates and trains a contiguous block of the
+step's rows (``Dist.rows``). A name with the ``local_`` prefix holds this process's rows
+only (``local_keep_B``, ``local_rollout``); a name without it holds the whole step's rows,
+identical on every process (``keep_B``, the ``Selection``), and is indexed with
+``[dist.rows(B)]`` to become local. Containers say which in their field comments ("this
+process's rows"). Mixing the two is the riskiest indexing in the trainer: with one process
+they coincide, so only a multi-process test catches a slip.
 """
 
 from grpo.algo.advantages import group_advantages, leave_one_out_advantages

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from grpo.rollout.engine import RolloutRequest
 from grpo.rollout.turns import TurnEngine, TurnOutput, TurnSession
@@ -38,6 +39,10 @@ class ScriptedEngine(TurnEngine):
     def __init__(self, tokenizer: Any, model: Any, scripts: list[str]) -> None:
         self.tokenizer, self.model, self.scripts = tokenizer, model, scripts
         self.pad_token_id = tokenizer.pad_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def text(self, prompt: str, turn: int) -> str:
         return self.scripts[min(turn, len(self.scripts) - 1)]

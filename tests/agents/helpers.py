@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from grpo.rollout.engine import RolloutRequest
 from grpo.rollout.turns import TurnEngine, TurnOutput, TurnSession
 
@@ -47,6 +49,10 @@ class Spy(TurnEngine):
         self.calls: list[tuple[list[int], list[list[int]], list[TurnOutput], list[tuple]]] = []
         self.forwards: list[tuple[int, int]] = []
         self.model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
 
     def _record(self, module: Any, args: tuple, kwargs: dict) -> None:
         self.forwards.append(tuple(kwargs["input_ids"].shape))

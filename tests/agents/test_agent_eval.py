@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import parse_xml_json
@@ -59,6 +60,10 @@ class PromptScripted(ScriptedEngine):
 
     def __init__(self, tokenizer: Any) -> None:  # no model: the rollout's tensors stay on CPU
         self.tokenizer, self.pad_token_id = tokenizer, tokenizer.pad_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
 
     def text(self, prompt: str, turn: int) -> str:
         return next(t for p, t in FIRST_TURNS.items() if p in prompt) if turn == 0 else "done"

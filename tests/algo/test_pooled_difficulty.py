@@ -54,7 +54,9 @@ def test_an_unseen_prompt_borrows_its_keys_estimate() -> None:
     # Prompt 2 is unseen in key 0: its posterior is the prior; prompt 3 is unseen in key 1.
     attempts = torch.tensor([4.0, 4, 0, 0])
     successes = torch.tensor([4.0, 4, 0, 0])
-    alpha, beta = pooled_posteriors(attempts, successes, torch.tensor([0, 0, 0, 1]), 2, 10.0)
+    keys = torch.tensor([0, 0, 0, 1])
+    priors = key_priors(attempts, successes, keys, 2, 10.0)
+    alpha, beta = pooled_posteriors(priors, keys, attempts, successes)
     assert alpha.tolist() == pytest.approx([13.99, 13.99, 9.99, 1.0])
     assert beta.tolist() == pytest.approx([0.01, 0.01, 0.01, 1.0])
     mixed = mixed_probability(alpha, beta, 4)

@@ -240,23 +240,3 @@ def test_answer_format_names_the_row_without_an_answer(tmp_path, tokenizer) -> N
             prompt_column="q",
             answer_format="math",
         )
-
-
-def test_config_keys_reach_the_loader(tmp_path, tokenizer) -> None:
-    from grpo.config import load_config
-    from grpo.data.dataset import load_dataset_for
-
-    config = load_config(
-        None,
-        [
-            "--model.path=m",
-            f"--data.train_path={DATA / 'math_sample.jsonl'}",
-            "--data.prompt_column=problem",
-            '--data.column_map={ answer = "solution" }',
-            "--data.answer_format=math",
-            "--data.max_prompt_tokens=1000",
-            '--rewards=[{ function = "grpo.rewards:math_equivalence" }]',
-        ],
-    )
-    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
-    assert dataset.columns["answer"][1] == "8"

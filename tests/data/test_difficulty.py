@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo.config import CurriculumConfig
 from grpo.data.dataset import DataError, PromptDataset
 from grpo.data.difficulty import (
     DifficultyKeys,
@@ -16,7 +15,7 @@ from grpo.data.difficulty import (
     length_keys,
 )
 from grpo.data.prompt_stats import PromptStats
-from grpo.data.sampler import PromptSampler
+from grpo.data.sampler import CurriculumSettings, PromptSampler
 
 
 def _dataset() -> PromptDataset:
@@ -100,13 +99,7 @@ def test_forgetting_ages_the_recent_counts() -> None:
 
 
 def test_pooled_sampler_resumes_exactly() -> None:
-    curriculum = CurriculumConfig(
-        enabled=True,
-        pool_by="column",
-        pool_column="level",
-        prescreen_threshold=0.1,
-        half_life_steps=5.0,
-    )
+    curriculum = CurriculumSettings(enabled=True, prescreen_threshold=0.1, half_life_steps=5.0)
     keys = DifficultyKeys([0, 0, 0, 0, 1, 1, 1, 1], ["a", "b"])
 
     def sampler() -> PromptSampler:

@@ -11,9 +11,8 @@ from grpo.algo.curriculum import (
     group_outcomes,
     uncertainty_weights,
 )
-from grpo.config import CurriculumConfig
 from grpo.data.prompt_stats import PromptStats, run_totals
-from grpo.data.sampler import PromptSampler
+from grpo.data.sampler import CurriculumSettings, PromptSampler
 
 
 def _two_steps() -> PromptStats:
@@ -98,7 +97,7 @@ def test_probabilities_follow_the_strength() -> None:
 
 
 def test_curriculum_draws_follow_the_weights() -> None:
-    sampler = PromptSampler(size=3, seed=0, curriculum=CurriculumConfig(enabled=True))
+    sampler = PromptSampler(size=3, seed=0, curriculum=CurriculumSettings(enabled=True))
     # Prompt 0 is solved 20 of 20 times (weight 21/506 ≈ 0.04), prompt 1 half of 20
     # (121/506 ≈ 0.24), prompt 2 never seen (1/6): probabilities ≈ 0.09, 0.53, 0.37.
     sampler.stats.record(
@@ -113,7 +112,7 @@ def test_curriculum_draws_follow_the_weights() -> None:
 
 
 def test_sampler_state_round_trips_with_the_statistics() -> None:
-    config = CurriculumConfig(enabled=True, strength=2.0)
+    config = CurriculumSettings(enabled=True, strength=2.0)
     sampler = PromptSampler(size=6, seed=4, curriculum=config)
     for step in range(1, 4):
         indices = sampler.next_indices(2)

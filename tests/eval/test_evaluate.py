@@ -2,7 +2,8 @@ import itertools
 
 import pytest
 
-from grpo.eval.evaluate import EvalReport, evaluate_model, greedy_completions, pass_at_k
+from grpo.eval.evaluate import evaluate_model, greedy_completions, pass_at_k
+from grpo.eval.report import EvalReport
 from grpo.rewards.runner import RewardFunction
 
 

@@ -3,7 +3,6 @@ import time
 
 import pytest
 
-from grpo.config import TrainConfig
 from grpo.log.progress import StepProgress, bar_postfix, format_duration, step_progress
 
 METRICS = {"reward/mean": 0.5, "accuracy": 0.25, "kl": 0.0123, "time/step": 1.5}
@@ -60,20 +59,22 @@ def test_off_mode_prints_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("progress", "quiet", "enabled", "mode"),
-    [(True, False, True, "bar"), (True, True, True, "quiet"), (False, True, True, "off"),
-     (True, False, False, "off")],
-)  # fmt: skip
-def test_mode_follows_the_config(progress, quiet, enabled, mode) -> None:
-    train = TrainConfig(steps=3, progress=progress, quiet=quiet)
-    shown = step_progress(train, 0, enabled=enabled, terminal=True)
+    ("enabled", "quiet", "mode"),
+    [(True, False, "bar"), (True, True, "quiet"), (False, True, "off"), (False, False, "off")],
+)
+def test_mode_follows_the_settings(enabled, quiet, mode) -> None:
+    shown = step_progress(
+        total_steps=3, start_step=0, log_every=1, enabled=enabled, quiet=quiet, terminal=True
+    )
     shown.close()
     assert shown.mode == mode
 
 
-@pytest.mark.parametrize(("progress", "mode"), [(True, "quiet"), (False, "off")])
-def test_off_a_terminal_the_bar_becomes_plain_lines(progress, mode) -> None:
+@pytest.mark.parametrize(("enabled", "mode"), [(True, "quiet"), (False, "off")])
+def test_off_a_terminal_the_bar_becomes_plain_lines(enabled, mode) -> None:
     # Redirected to a file, a bar's carriage-return updates would fill one huge line.
-    shown = step_progress(TrainConfig(steps=3, progress=progress), 0, enabled=True, terminal=False)
+    shown = step_progress(
+        total_steps=3, start_step=0, log_every=1, enabled=enabled, quiet=False, terminal=False
+    )
     shown.close()
     assert shown.mode == mode

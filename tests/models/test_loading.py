@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
-from grpo.config import ModelConfig
 from grpo.models.loading import ModelError, load_policy, load_tokenizer
+
+
+def _policy(path: Path) -> torch.nn.Module:
+    return load_policy(
+        str(path),
+        torch.device("cpu"),
+        dtype="float32",
+        disable_dropout=True,
+        gradient_checkpointing=False,
+        lora=None,
+    )
 
 
 def _one_line(error: pytest.ExceptionInfo) -> str:
@@ -19,7 +30,7 @@ def _one_line(error: pytest.ExceptionInfo) -> str:
 
 def test_a_missing_directory_names_model_path(tmp_path) -> None:
     with pytest.raises(FileNotFoundError) as error:
-        load_policy(ModelConfig(path=str(tmp_path / "nope")), torch.device("cpu"))
+        _policy(tmp_path / "nope")
     assert _one_line(error) == (
         f"model.path: no local model directory at {str(tmp_path / 'nope')!r} "
         "(nothing is downloaded)"
@@ -28,10 +39,10 @@ def test_a_missing_directory_names_model_path(tmp_path) -> None:
 
 def test_a_folder_without_a_model_names_model_path(tmp_path) -> None:
     with pytest.raises(ModelError) as error:
-        load_tokenizer(ModelConfig(path=str(tmp_path)))
+        load_tokenizer(str(tmp_path))
     assert _one_line(error).startswith(f"model.path: no loadable tokenizer in {tmp_path} (")
     with pytest.raises(ModelError) as error:
-        load_policy(ModelConfig(path=str(tmp_path)), torch.device("cpu"))
+        _policy(tmp_path)
     assert _one_line(error) == (
         f"model.path: {tmp_path} has no config.json: not a Hugging Face model folder"
     )
@@ -44,10 +55,16 @@ def test_a_model_that_is_not_a_causal_lm_is_named(tmp_path, tiny_model_dir) -> N
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
         tmp_path / "vit"
     )  # a vision encoder's config over the tokenizer files
-    load_tokenizer(ModelConfig(path=str(tmp_path / "vit")))  # the tokenizer itself is fine
+    load_tokenizer(str(tmp_path / "vit"))  # the tokenizer itself is fine
     with pytest.raises(ModelError) as error:
-        load_policy(ModelConfig(path=str(tmp_path / "vit")), torch.device("cpu"))
+        _policy(tmp_path / "vit")
     assert _one_line(error) == (
         f"model.path: cannot load {tmp_path / 'vit'}: a 'vit' model is not a causal LM "
         "(AutoModelForCausalLM)"
     )
+
+
+def test_a_missing_tokenizer_directory_names_model_tokenizer_path(tmp_path, tiny_model_dir) -> None:
+    with pytest.raises(FileNotFoundError) as error:
+        load_tokenizer(str(tiny_model_dir), tokenizer_path=str(tmp_path / "nope"))
+    assert _one_line(error).startswith("model.tokenizer_path: no local model directory at ")

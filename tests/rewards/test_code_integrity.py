@@ -16,7 +16,8 @@ import pytest
 
 from grpo.rewards import code_reward, run_python
 from grpo.rewards.code import _HARNESS
-from grpo.rewards.code_checks import decode, defined_names, plan_test, strict_equal, verdict
+from grpo.rewards.code_checks import defined_names, plan_test
+from grpo.rewards.code_verdict import decode, strict_equal, verdict
 
 if sys.platform != "linux":
     pytest.skip("the sandbox is Linux-only", allow_module_level=True)

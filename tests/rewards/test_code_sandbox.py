@@ -22,7 +22,7 @@ import pytest
 
 from grpo.rewards import code_reward, extract_code, run_python, sandbox_isolation
 from grpo.rewards.code import outputs_match, parse_tests
-from grpo.rewards.sandbox import _UidPool
+from grpo.sandbox.uids import UidPool
 
 if sys.platform != "linux":
     pytest.skip("the sandbox is Linux-only", allow_module_level=True)
@@ -52,7 +52,7 @@ def sandbox_leftovers() -> tuple[set[str], list[int]]:
     directories = {
         p.name for p in Path(tempfile.gettempdir()).glob(f"grpo-sandbox-{os.getpid()}-*")
     }
-    uids = _UidPool.range_for(os.getpid())
+    uids = UidPool.range_for(os.getpid())
     processes = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:

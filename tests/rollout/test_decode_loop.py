@@ -21,12 +21,15 @@ from grpo.rollout.engine import (
     sampling_noise,
 )
 from grpo.rollout.hf_engine import TransformersEngine
+from grpo.rollout.hf_prefill import prefill_prompts
 
 
 def _plain_loop(engine: TransformersEngine, request: RolloutRequest, noise_BT) -> dict:
     """The loop before the per-token overhead was cut (kept here as the reference)."""
     params = request.params
-    prefill = engine._prefill(request, request.start, request.stop, preallocate=False)
+    prefill = prefill_prompts(
+        engine.model, engine.pad_token_id, request, request.start, request.stop, preallocate=False
+    )
     logits_BV, position_B1 = prefill.logits_BV, prefill.next_position_B1
     mask_BL = prefill.prompt_mask_BP
     rows = logits_BV.shape[0]
@@ -139,7 +142,7 @@ def test_the_engine_loop_equals_the_plain_loop_with_ended_rows_leaving(
 def test_a_preallocated_cache_keeps_the_selected_rows(tiny_model_dir) -> None:
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from grpo.rollout.hf_engine import preallocate_cache
+    from grpo.rollout.hf_prefill import preallocate_cache
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     prompts = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])

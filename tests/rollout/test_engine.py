@@ -150,7 +150,7 @@ def test_same_generator_seed_same_rollout(tiny_model_dir) -> None:
 def test_preallocated_cache_writes_in_place_and_matches_a_growing_one(tiny_model_dir) -> None:
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from grpo.rollout.hf_engine import preallocate_cache
+    from grpo.rollout.hf_prefill import preallocate_cache
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     prompt = torch.tensor([[5, 6, 7, 8]])

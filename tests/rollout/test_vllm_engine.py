@@ -223,6 +223,45 @@ def test_an_older_vllm_without_logprobs_mode_still_starts(fake_vllm, tiny_model_
     assert "logprobs_mode" not in engine.llm.arguments
 
 
+def test_the_trainer_builds_vllm_from_the_config_values(
+    fake_vllm, tiny_model_dir, arithmetic_jsonl
+) -> None:
+    """rollout.vllm_* and model.* reach vllm.LLM; max_model_len 0 makes room for every turn."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo.config import load_config
+    from grpo.training.engines import rollout_engine
+
+    config = load_config(
+        None,
+        [
+            f"model.path='{tiny_model_dir}'",
+            f"data.train_path='{arithmetic_jsonl}'",
+            "data.max_prompt_tokens=100",
+            "rewards=[{function='grpo.rewards:numeric_answer'}]",
+            "rollout.engine='vllm'",
+            "rollout.max_new_tokens=20",
+            "rollout.vllm_gpu_memory_utilization=0.25",
+            "rollout.vllm_sleep=false",
+            "rollout.vllm_enforce_eager=true",
+            "agent.tools=['python']",
+            "agent.max_turns=3",
+            "agent.max_tool_response_tokens=50",
+            "train.seed=7",
+        ],
+    )
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = rollout_engine(config, policy, tokenizer, SimpleNamespace(fsdp=False))
+    arguments = _FakeLLM.instances[-1].arguments
+    assert arguments["model"] == arguments["tokenizer"] == str(tiny_model_dir)
+    assert arguments["max_model_len"] == 100 + 3 * (20 + 50 + 64)
+    assert arguments["gpu_memory_utilization"] == 0.25 and arguments["seed"] == 7
+    assert arguments["enforce_eager"] and not arguments["enable_sleep_mode"]
+    assert arguments["dtype"] == config.model.dtype
+    assert engine.device == torch.device("cpu") and engine.pad_token_id == tokenizer.pad_token_id
+
+
 def test_the_trainer_drives_the_vllm_engine(fake_vllm, tiny_model_dir, arithmetic_jsonl, tmp_path):
     """2 steps with rollout.engine = 'vllm' (the stand-in): rollouts, update, weight push."""
     from grpo.config import load_config

@@ -304,14 +304,8 @@ def test_real_vllm_turns_score_as_the_trainer(tmp_path) -> None:
 
 
 def test_vllm_context_length_makes_room_for_every_turn() -> None:
-    from types import SimpleNamespace
-
-    from grpo.config.sections import AgentConfig
     from grpo.rollout.vllm_engine import context_length
 
-    data, rollout = SimpleNamespace(max_prompt_tokens=100), SimpleNamespace(max_new_tokens=20)
-    single = SimpleNamespace(data=data, rollout=rollout, agent=AgentConfig())
-    assert context_length(single) == 120
-    agent = AgentConfig(tools=["python"], max_turns=3, max_tool_response_tokens=50)
-    multi = SimpleNamespace(data=data, rollout=rollout, agent=agent)
-    assert context_length(multi) == 100 + 3 * (20 + 50 + 64)  # 502
+    assert context_length(100, 20) == 120
+    multi = context_length(100, 20, max_turns=3, max_tool_response_tokens=50)
+    assert multi == 100 + 3 * (20 + 50 + 64)  # 502

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo.eval.reasoning import phrase_pattern
+from grpo.text.reasoning import phrase_pattern
 from grpo.training.generate import text_features
 from grpo.training.reasoning_metrics import reasoning_metrics
 from grpo.training.rounds import RowResults

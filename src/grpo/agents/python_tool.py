@@ -1,10 +1,10 @@
-"""The built-in ``python`` tool: the model's code runs in the code reward's sandbox
-(:mod:`grpo.rewards.sandbox`) with the code reward's default limits, and the model reads
-its exit status, stdout and stderr, each cut to :data:`MAX_STREAM_CHARS`."""
+"""The built-in ``python`` tool: the model's code runs in the sandbox (:mod:`grpo.sandbox`)
+with the code reward's default limits, and the model reads its exit status, stdout and
+stderr, each cut to :data:`MAX_STREAM_CHARS`."""
 
 from __future__ import annotations
 
-from grpo.rewards.sandbox import SandboxLimits, run_python
+from grpo.sandbox import SandboxLimits, run_python
 
 # The code reward's defaults (grpo.rewards.code.code_reward): 5 s, 1 GiB, 32 processes.
 LIMITS = SandboxLimits(timeout_s=5.0, memory_mb=1024, max_processes=32, output_bytes=1 << 20)

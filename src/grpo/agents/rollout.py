@@ -219,14 +219,10 @@ def _tool_message(call: Parsed, settings: AgentSettings, counts: dict[str, float
 
 
 def _result(
-    states: list[_Row], counts: dict[str, float], engine: Any, settings: AgentSettings
+    states: list[_Row], counts: dict[str, float], engine: TurnEngine, settings: AgentSettings
 ) -> AgentRollout:
     trajectories = [state.trajectory for state in states]
-    if hasattr(engine, "model"):
-        device = next(engine.model.parameters()).device
-    else:  # vLLM: where the trainer's tensors live
-        device = getattr(engine, "device", None)
-    rollout = assemble_trajectories(trajectories, engine.pad_token_id, device or "cpu")
+    rollout = assemble_trajectories(trajectories, engine.pad_token_id, engine.device)
     model_tokens = sum(t.model_tokens for t in trajectories)
     inserted = sum(len(t.ids) for t in trajectories) - model_tokens
     rows = max(len(states), 1)

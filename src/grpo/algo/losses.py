@@ -112,12 +112,7 @@ def policy_loss(
         >>> loss  # ρ = 1 everywhere → objective = A = 1
         tensor(-1.)
     """
-    if ratio_level == "sequence":
-        ratio_BT = sequence_ratio(logp_BT, old_logp_BT, mask_BT)[:, None].expand_as(logp_BT)
-    elif ratio_level == "token":
-        ratio_BT = torch.exp(logp_BT - old_logp_BT)
-    else:
-        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
+    ratio_BT = importance_ratio(logp_BT, old_logp_BT, mask_BT, ratio_level)
     advantages_BT = advantages_BT.to(ratio_BT.dtype)
     if advantages_BT.dim() == 1:
         advantages_BT = advantages_BT[:, None].expand_as(ratio_BT)
@@ -134,18 +129,51 @@ def policy_loss(
         num_tokens=num_tokens,
         max_length=max_length,
     )
-    with torch.no_grad():
-        keep_BT = mask_BT.bool()
-        kept_tokens = keep_BT.sum().clamp(min=1)
-        low_BT = (ratio_BT < 1.0 - clip_low) & (advantages_BT < 0) & keep_BT
-        high_BT = (ratio_BT > 1.0 + clip_high) & (advantages_BT > 0) & keep_BT
-        kept_ratios = ratio_BT[keep_BT]
-        empty = kept_ratios.numel() == 0
-        stats = {
-            "clip_frac_low": low_BT.sum() / kept_tokens,
-            "clip_frac_high": high_BT.sum() / kept_tokens,
-            "ratio_mean": kept_ratios.mean() if not empty else ratio_BT.new_tensor(1.0),
-            "ratio_min": kept_ratios.min() if not empty else ratio_BT.new_tensor(1.0),
-            "ratio_max": kept_ratios.max() if not empty else ratio_BT.new_tensor(1.0),
-        }
+    stats = clip_stats(ratio_BT, advantages_BT, mask_BT, clip_low, clip_high)
     return loss, stats
+
+
+def importance_ratio(
+    logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, level: RatioLevel
+) -> torch.Tensor:
+    """ρ per token: ``"token"``, ρ_it = exp(logp_it − old_logp_it); ``"sequence"`` (GSPO),
+    every token of completion i gets s_i of :func:`sequence_ratio`."""
+    if level == "sequence":
+        return sequence_ratio(logp_BT, old_logp_BT, mask_BT)[:, None].expand_as(logp_BT)
+    if level == "token":
+        return torch.exp(logp_BT - old_logp_BT)
+    raise ValueError(f"ratio_level must be 'token' or 'sequence', got {level!r}")
+
+
+@torch.no_grad()
+def clip_stats(
+    ratio_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> dict[str, torch.Tensor]:
+    """Where the clip is active, over the kept tokens (``mask_BT`` = 1), detached.
+
+    ``clip_frac_low`` = #{A < 0 and ρ < 1 − clip_low} / #kept, ``clip_frac_high`` =
+    #{A > 0 and ρ > 1 + clip_high} / #kept; ``ratio_mean``, ``ratio_min``, ``ratio_max`` of
+    ρ over the kept tokens (1 when none is kept).
+
+        >>> ratio, advantage = torch.tensor([[0.5, 1.5, 1.0]]), torch.tensor([[-1.0, 1.0, 1.0]])
+        >>> stats = clip_stats(ratio, advantage, torch.ones(1, 3), 0.2, 0.2)
+        >>> [round(float(stats[k]), 4) for k in ("clip_frac_low", "clip_frac_high", "ratio_mean")]
+        [0.3333, 0.3333, 1.0]
+    """
+    keep_BT = mask_BT.bool()
+    kept_tokens = keep_BT.sum().clamp(min=1)
+    low_BT = (ratio_BT < 1.0 - clip_low) & (advantages_BT < 0) & keep_BT
+    high_BT = (ratio_BT > 1.0 + clip_high) & (advantages_BT > 0) & keep_BT
+    kept_ratios = ratio_BT[keep_BT]
+    empty = kept_ratios.numel() == 0
+    return {
+        "clip_frac_low": low_BT.sum() / kept_tokens,
+        "clip_frac_high": high_BT.sum() / kept_tokens,
+        "ratio_mean": kept_ratios.mean() if not empty else ratio_BT.new_tensor(1.0),
+        "ratio_min": kept_ratios.min() if not empty else ratio_BT.new_tensor(1.0),
+        "ratio_max": kept_ratios.max() if not empty else ratio_BT.new_tensor(1.0),
+    }

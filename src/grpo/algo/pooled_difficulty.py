@@ -90,14 +90,14 @@ def key_priors(
 
 
 def pooled_posteriors(
+    priors_K: tuple[torch.Tensor, torch.Tensor],
+    keys_D: torch.Tensor,
     attempts_D: torch.Tensor,
     successes_D: torch.Tensor,
-    keys_D: torch.Tensor,
-    num_keys: int,
-    max_prior_weight: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(α_D, β_D) = (a_k + s_i, b_k + n_i − s_i) with k = key of prompt i."""
-    alpha_K, beta_K = key_priors(attempts_D, successes_D, keys_D, num_keys, max_prior_weight)
+    """(α_D, β_D) = (a_k + s_i, b_k + n_i − s_i) with k = key of prompt i and
+    ``priors_K`` = (a_K, b_K) of :func:`key_priors`."""
+    alpha_K, beta_K = priors_K
     n_D, s_D = attempts_D.double(), successes_D.double()
     return alpha_K[keys_D] + s_D, beta_K[keys_D] + n_D - s_D
 

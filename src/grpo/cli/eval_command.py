@@ -26,19 +26,21 @@ def eval_config(args: argparse.Namespace, overrides: list[str]):
 
 
 def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
-    from grpo.data.dataset import load_dataset_for
     from grpo.eval.evaluate import correctness_reward, evaluate_model
     from grpo.models.loading import load_reference, load_tokenizer, pick_device
-    from grpo.rewards.runner import resolve_reward_functions
+    from grpo.rewards.resolve import resolve_reward_functions
+    from grpo.training.setup import load_dataset_for
     from grpo.training.setup_rollouts import agent_settings
 
     if bad_overrides("eval", overrides):
         return 2
     config = eval_config(args, overrides)
     quiet_transformers()
-    tokenizer = load_tokenizer(config.model)
+    model_cfg = config.model
+    tokenizer = load_tokenizer(model_cfg.path, tokenizer_path=model_cfg.tokenizer_path)
     dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
-    model = load_reference(config.model, pick_device(config.model.device))  # frozen, eval mode
+    device = pick_device(model_cfg.device)
+    model = load_reference(model_cfg.path, device, dtype=model_cfg.dtype)  # frozen, eval mode
     rewards = resolve_reward_functions(config.rewards)
     ks = sorted({int(k) for k in args.k.split(",")}) if args.samples else []
     agent = agent_settings(config.agent, tokenizer) if config.agent.enabled else None

@@ -1,4 +1,5 @@
-"""Prompt datasets: loading, validation, prompt formatting and tokenization.
+"""Prompt datasets: checking, formatting and tokenizing the rows of a file (read by
+:mod:`grpo.data.files`).
 
 Every row is checked and every prompt tokenized once at start-up, so a bad row stops the
 run before the first step, with the file and row named, instead of hours into it.
@@ -6,14 +7,12 @@ run before the first step, with the file and row named, instead of hours into it
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class DataError(ValueError):
-    """A bad dataset row or file; the message names the file and row."""
+from grpo.data.files import DataError, numbered_rows
+from grpo.text.boxed import last_boxed
 
 
 @dataclass
@@ -46,92 +45,7 @@ class PromptDataset:
         return f"{self.source}: {total} row(s) skipped: " + "; ".join(parts)
 
 
-# Suffix → the `datasets` builder that reads it (and its options).
-_DATASETS_BUILDERS: dict[str, tuple[str, dict[str, Any]]] = {
-    ".csv": ("csv", {}),
-    ".tsv": ("csv", {"delimiter": "\t"}),
-    ".parquet": ("parquet", {}),
-    ".arrow": ("arrow", {}),
-}
 ANSWER_FORMATS = ("plain", "gsm8k", "math")
-
-
-def _read_json_array(path: Path) -> list[dict[str, Any]]:
-    """A ``.json`` file holding one array of row objects."""
-    try:
-        rows = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}: invalid JSON ({error})") from None
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, dict):
-            raise DataError(f"{path}: row {number}: expected a JSON object")
-    return rows
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a dataset file, as dicts.
-
-    JSONL (or a ``.json`` array) is read here; CSV, TSV, Parquet, Arrow and folders written
-    by ``datasets.Dataset.save_to_disk`` through the ``datasets`` extra.
-    """
-    return [row for _, row in _numbered_rows(Path(path), None)]
-
-
-def _numbered_rows(
-    path: Path, bad: dict[str, list[int]] | None
-) -> list[tuple[int, dict[str, Any]]]:
-    """(row number, row): the line number in a JSONL file. With ``bad``, a line that is
-    not a JSON object is recorded there instead of being an error."""
-    if not path.exists():
-        raise DataError(f"dataset not found: {path}")
-    if path.suffix == ".json" and path.read_text().lstrip().startswith("["):
-        return list(enumerate(_read_json_array(path), start=1))
-    if path.suffix in {".jsonl", ".json"}:
-        rows = []
-        with path.open() as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    problem = f"invalid JSON ({error})"
-                    row = None
-                else:
-                    problem = "expected a JSON object"
-                if not isinstance(row, dict):
-                    if bad is None:
-                        raise DataError(f"{path}: row {line_number}: {problem}")
-                    bad.setdefault("not a JSON object", []).append(line_number)
-                    continue
-                rows.append((line_number, row))
-        return rows
-    if not path.is_dir() and path.suffix not in _DATASETS_BUILDERS:
-        raise DataError(
-            f"{path}: unknown dataset format {path.suffix!r}: use .jsonl, .json, .csv, .tsv, "
-            ".parquet, .arrow or a folder written by datasets' save_to_disk"
-        )
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(
-            f"{path}: reading {path.suffix or 'a folder'} needs the `datasets` extra "
-            "(pip install 'grpo[datasets]'); .jsonl needs nothing"
-        ) from None
-    if path.is_dir():
-        try:
-            loaded = datasets.load_from_disk(str(path))
-        except FileNotFoundError as error:
-            raise DataError(f"{path}: not a datasets save_to_disk folder ({error})") from None
-        if isinstance(loaded, datasets.DatasetDict):
-            raise DataError(
-                f"{path} holds the splits {sorted(loaded)}: point at one of them, "
-                f"e.g. {path / next(iter(loaded))}"
-            )
-        return list(enumerate(loaded, start=1))
-    builder, options = _DATASETS_BUILDERS[path.suffix]
-    loaded = datasets.load_dataset(builder, data_files=str(path), split="train", **options)
-    return list(enumerate(loaded, start=1))
 
 
 def reference_answer(text: Any, answer_format: str) -> str | None:
@@ -143,8 +57,6 @@ def reference_answer(text: Any, answer_format: str) -> str | None:
     """
     if answer_format == "plain":
         return text
-    from grpo.rewards.math import last_boxed
-
     text = str(text)
     if answer_format == "gsm8k":
         tail = text.rsplit("####", 1)[1].strip() if "####" in text else ""
@@ -206,18 +118,13 @@ def load_prompt_dataset(
     :func:`reference_answer`) then reduces the ``answer`` column to the final answer.
     """
     skipped: dict[str, list[int]] = {}
-    rows = _numbered_rows(Path(path), skipped if skip_bad_rows else None)
+    rows = numbered_rows(Path(path), skipped if skip_bad_rows else None)
     if not rows:
         raise DataError(f"{path}: the dataset is empty")
     column_map = dict(column_map or {})
     _check_first_row(path, rows[0][1], prompt_column, column_map, answer_format, skip_bad_rows)
-    prompts, token_ids = [], []
-    own_columns = [name for name in rows[0][1] if name != prompt_column]
-    column_names = own_columns + [name for name in column_map if name not in own_columns]
-    required = {name: name for name in own_columns} | {
-        source: f"{source} (data.column_map.{name})" for name, source in column_map.items()
-    }
-    columns: dict[str, list[Any]] = {name: [] for name in column_names}
+    own_columns, required = _column_plan(rows[0][1], prompt_column, column_map)
+    prompts, token_ids, tasks = [], [], []
     for row_number, row in rows:
         where = f"{path}: row {row_number}"
         problem = _row_problem(row, prompt_column, required)
@@ -232,24 +139,35 @@ def load_prompt_dataset(
         )
         # A chat template already carries any special tokens it wants.
         ids = tokenizer(prompt, add_special_tokens=not chat_template)["input_ids"]
-        if len(ids) > max_prompt_tokens:
-            if skip_bad_rows and not truncate_long_prompts:
-                skipped.setdefault(_long_reason(max_prompt_tokens), []).append(row_number)
-                continue
-            ids = _truncated(ids, max_prompt_tokens, truncate_long_prompts, where)
+        fitted = _fitted(ids, max_prompt_tokens, truncate_long_prompts, skip_bad_rows, where)
+        if fitted is None:
+            skipped.setdefault(_long_reason(max_prompt_tokens), []).append(row_number)
+            continue
         prompts.append(prompt)
-        token_ids.append(ids)
-        for name in column_names:
-            columns[name].append(task[name])
+        token_ids.append(fitted)
+        tasks.append(task)
     if not prompts:
         raise DataError(f"{path}: no usable row ({sum(map(len, skipped.values()))} skipped)")
+    column_names = own_columns + [name for name in column_map if name not in own_columns]
     return PromptDataset(
         source=str(path),
         prompts=prompts,
         prompt_token_ids=token_ids,
-        columns=columns,
+        columns={name: [task[name] for task in tasks] for name in column_names},
         skipped=skipped,
     )
+
+
+def _column_plan(
+    first_row: dict[str, Any], prompt_column: str, column_map: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The first row's task columns (all but the prompt), and every column a row needs
+    (its own and the mapped sources) → how an error names it."""
+    own_columns = [name for name in first_row if name != prompt_column]
+    required = {name: name for name in own_columns} | {
+        source: f"{source} (data.column_map.{name})" for name, source in column_map.items()
+    }
+    return own_columns, required
 
 
 def _check_first_row(
@@ -302,31 +220,24 @@ def _long_reason(max_prompt_tokens: int) -> str:
     return f"over data.max_prompt_tokens = {max_prompt_tokens}"
 
 
-def _truncated(
-    ids: list[int], max_prompt_tokens: int, truncate_long_prompts: bool, where: str
-) -> list[int]:
-    """A too-long prompt's last ``max_prompt_tokens`` tokens, or, without
-    ``truncate_long_prompts``, the error naming its row."""
-    if not truncate_long_prompts:
-        raise DataError(
-            f"{where}: prompt is {len(ids)} tokens, {_long_reason(max_prompt_tokens)} (set "
-            "data.truncate_long_prompts = true to keep its end, or "
-            "data.skip_bad_rows = true to skip it)"
-        )
-    return ids[-max_prompt_tokens:]
-
-
-def load_dataset_for(path: str | Path, tokenizer: Any, data: Any) -> PromptDataset:
-    """:func:`load_prompt_dataset` with the formatting options of a ``[data]`` config section."""
-    return load_prompt_dataset(
-        path,
-        tokenizer,
-        prompt_column=data.prompt_column,
-        max_prompt_tokens=data.max_prompt_tokens,
-        truncate_long_prompts=data.truncate_long_prompts,
-        chat_template=data.chat_template,
-        system_prompt=data.system_prompt,
-        skip_bad_rows=data.skip_bad_rows,
-        column_map=data.column_map,
-        answer_format=data.answer_format,
+def _fitted(
+    ids: list[int],
+    max_prompt_tokens: int,
+    truncate_long_prompts: bool,
+    skip_bad_rows: bool,
+    where: str,
+) -> list[int] | None:
+    """A prompt's token ids within ``max_prompt_tokens``: as they are, or a too-long
+    prompt's last ``max_prompt_tokens`` with ``truncate_long_prompts``; otherwise None
+    (skip it) with ``skip_bad_rows``, else the error naming its row."""
+    if len(ids) <= max_prompt_tokens:
+        return ids
+    if truncate_long_prompts:
+        return ids[-max_prompt_tokens:]
+    if skip_bad_rows:
+        return None
+    raise DataError(
+        f"{where}: prompt is {len(ids)} tokens, {_long_reason(max_prompt_tokens)} (set "
+        "data.truncate_long_prompts = true to keep its end, or "
+        "data.skip_bad_rows = true to skip it)"
     )

@@ -14,6 +14,7 @@ import torch
 
 from grpo.algo.pooled_difficulty import (
     exploration_count,
+    key_priors,
     mixed_probability,
     pooled_posteriors,
     prescreened_probabilities,
@@ -95,7 +96,8 @@ def pooled_estimates(
     """Each prompt's pooled posterior (α_D, β_D) from the counts forgotten up to ``step``."""
     attempts_D, successes_D = stats.recent(step)
     keys_D = torch.tensor(keys.keys)
-    return pooled_posteriors(attempts_D, successes_D, keys_D, keys.num_keys, max_prior_weight)
+    priors_K = key_priors(attempts_D, successes_D, keys_D, keys.num_keys, max_prior_weight)
+    return pooled_posteriors(priors_K, keys_D, attempts_D, successes_D)
 
 
 def draw_pooled(

@@ -7,9 +7,23 @@ from typing import Any
 
 import torch
 
-from grpo.config import CurriculumConfig
 from grpo.data.difficulty import DifficultyKeys, PoolSettings, draw_pooled, estimated_success
 from grpo.data.prompt_stats import PromptStats, draw_prompts
+
+
+@dataclass(frozen=True)
+class CurriculumSettings:
+    """The ``[curriculum]`` keys a draw reads, unpacked at the edge (same names, same
+    defaults); ``enabled`` false keeps the epoch-wise order."""
+
+    enabled: bool = False
+    strength: float = 1.0  # exponent k on the weights
+    prior_successes: float = 1.0  # α₀ of the Beta(α₀, β₀) prior
+    prior_failures: float = 1.0  # β₀
+    max_prior_weight: float = 20.0  # cap on a pooled key prior's pseudo-counts
+    prescreen_threshold: float = 0.0  # skip prompts with P(mixed) below this
+    exploration: float = 0.1  # share of a pooled draw taken uniformly
+    half_life_steps: float = 0.0  # the statistics' half-life (0 = never forget), in every mode
 
 
 @dataclass
@@ -28,7 +42,7 @@ class PromptSampler:
     shuffle: bool = True
     epoch: int = 0
     position: int = 0
-    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
     draws: int = 0  # curriculum draws so far: each seeds its own generator (resumable)
     keys: DifficultyKeys | None = None  # pooled difficulty keys (curriculum.pool_by)
     group_size: int = 8  # G, for the chance that a prompt's group is mixed

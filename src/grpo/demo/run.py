@@ -25,7 +25,8 @@ from grpo.demo.model import build_tiny_llama
 from grpo.demo.task import make_splits, write_splits
 from grpo.demo.tokenizer import build_char_tokenizer
 from grpo.demo.warm_start import supervised_warm_start
-from grpo.eval.evaluate import EvalReport, evaluate_model
+from grpo.eval.evaluate import evaluate_model
+from grpo.eval.report import EvalReport
 from grpo.log.metrics import text_curve
 from grpo.rewards.math import numeric_answer
 from grpo.rewards.runner import RewardFunction

@@ -18,17 +18,15 @@ import torch
 from torch import nn
 
 from grpo.agents.rollout import ENVIRONMENT_REWARD, AgentSettings, agent_rollout
-from grpo.config import ConfigError, DataConfig
-from grpo.data.dataset import PromptDataset, load_dataset_for
+from grpo.config.errors import ConfigError
+from grpo.data.dataset import PromptDataset
+from grpo.eval.report import EvalReport
 from grpo.models.loading import eos_token_ids
-from grpo.rewards.runner import (
-    RewardFunction,
-    accuracy_reward,
-    resolve_function,
-    score_completions,
-)
-from grpo.rollout.engine import SamplingParams, decode_completions
+from grpo.rewards.resolve import accuracy_reward, resolve_function
+from grpo.rewards.runner import RewardFunction, score_completions
+from grpo.rollout.engine import RolloutEngine, SamplingParams, decode_completions
 from grpo.rollout.hf_engine import TransformersEngine
+from grpo.rollout.turns import TurnEngine
 
 
 def greedy_completions(
@@ -95,26 +93,22 @@ def correctness_reward(eval_reward: str, rewards: list[RewardFunction]) -> Rewar
 
 
 def held_out_evaluator(
-    path: str,
+    dataset: PromptDataset,
     tokenizer: Any,
-    data: DataConfig,
-    reward: RewardFunction | None,
+    reward: RewardFunction,
     *,
     max_new_tokens: int,
     all_done: Callable[[bool], bool] | None = None,
     agent: AgentSettings | None = None,
     stop_strings: Sequence[str] = (),
-) -> Callable[[nn.Module], float] | None:
-    """A function policy → greedy accuracy on the prompts at ``path`` (formatted as
-    ``data`` says), or None when ``path`` is empty; multi-turn trajectories with ``agent``.
+) -> Callable[[nn.Module], float]:
+    """A function policy → greedy accuracy on the held-out ``dataset``; multi-turn
+    trajectories with ``agent``.
 
     Under several processes each evaluates the whole set (same prompts, same result), so
     none waits for another; under FSDP ``all_done`` keeps them decoding in lockstep, since
     every forward pass gathers parameters from all of them.
     """
-    if not path or reward is None:
-        return None
-    dataset = load_dataset_for(path, tokenizer, data)
 
     def evaluate(policy: nn.Module) -> float:
         return greedy_accuracy(
@@ -152,70 +146,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-@dataclass
-class EvalReport:
-    """What ``grpo eval`` measures; :meth:`summary` is its JSON."""
-
-    source: str
-    correct_reward: str
-    greedy_correct: list[bool]  # per prompt
-    greedy_reward_means: dict[str, float]  # per reward function, over greedy completions
-    samples: int = 0  # n sampled completions per prompt (0 = greedy only)
-    temperature: float = 1.0
-    sample_correct_counts: list[int] = field(default_factory=list)  # c per prompt
-    sampled_reward_means: dict[str, float] = field(default_factory=dict)
-    pass_at: dict[int, float] = field(default_factory=dict)  # k → mean over prompts
-    greedy_agent_metrics: dict[str, float] = field(default_factory=dict)  # agent/* (multi-turn)
-    sampled_agent_metrics: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def greedy_accuracy(self) -> float:
-        return sum(self.greedy_correct) / len(self.greedy_correct)
-
-    def summary(self) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "data": self.source,
-            "prompts": len(self.greedy_correct),
-            "correct_reward": self.correct_reward,
-            "pass@1_greedy": self.greedy_accuracy,
-            "reward_means_greedy": self.greedy_reward_means,
-        }
-        if self.greedy_agent_metrics:
-            result["agent_greedy"] = self.greedy_agent_metrics
-        if self.samples:
-            result |= {
-                "samples": self.samples,
-                "temperature": self.temperature,
-                "pass@k": {str(k): value for k, value in self.pass_at.items()},
-                "reward_means_sampled": self.sampled_reward_means,
-            }
-            if self.sampled_agent_metrics:
-                result["agent_sampled"] = self.sampled_agent_metrics
-        return result
-
-    def table(self) -> str:
-        rows = [("pass@1 (greedy)", f"{self.greedy_accuracy:.1%}")]
-        sampled = f"{self.samples} samples, T = {self.temperature:g}"
-        rows += [(f"pass@{k} ({sampled})", f"{value:.1%}") for k, value in self.pass_at.items()]
-        for name, value in self.greedy_reward_means.items():
-            rows.append((f"mean {name} (greedy)", f"{value:.4g}"))
-        for name, value in self.sampled_reward_means.items():
-            rows.append((f"mean {name} (sampled)", f"{value:.4g}"))
-        for kind, metrics in (
-            ("greedy", self.greedy_agent_metrics),
-            ("sampled", self.sampled_agent_metrics),
-        ):
-            rows += [(f"{name} ({kind})", f"{value:.4g}") for name, value in metrics.items()]
-        width = max(len(label) for label, _ in rows)
-        lines = [
-            f"{len(self.greedy_correct)} prompts of {self.source}; "
-            f"correct = {self.correct_reward} ≥ 1",
-            f"{'metric':<{width}}  value",
-        ]
-        lines += [f"{label:<{width}}  {value}" for label, value in rows]
-        return "\n".join(lines)
-
-
 def _engine(model: nn.Module, tokenizer: Any, batch_size: int) -> TransformersEngine:
     """The built-in engine on ``model``, able to end turns on stop strings."""
     return TransformersEngine(
@@ -237,7 +167,7 @@ class _Samples:
 
 
 def _sample(
-    engine: Any,
+    engine: RolloutEngine | TurnEngine,
     tokenizer: Any,
     dataset: PromptDataset,
     per_prompt: int,
@@ -247,6 +177,8 @@ def _sample(
 ) -> _Samples:
     """Single-turn completions, or multi-turn trajectories when ``agent`` is set."""
     if agent is None:
+        if not isinstance(engine, RolloutEngine):
+            raise TypeError(f"{type(engine).__name__} samples turns only; eval without [agent]")
         rollout = engine.generate(dataset.prompt_token_ids, per_prompt, params, generator)
         ids_BT, mask_BT = rollout.completion_ids_BT, rollout.completion_mask_BT
         return _Samples(decode_completions(tokenizer, ids_BT, mask_BT))
@@ -255,6 +187,8 @@ def _sample(
         for i, prompt in enumerate(dataset.prompts)
     ]
     rows = range(len(records) * per_prompt)
+    if not isinstance(engine, TurnEngine):
+        raise TypeError(f"{type(engine).__name__} cannot sample turn by turn for [agent]")
     result = agent_rollout(engine, records, per_prompt, params, generator, rows, agent)
     return _Samples(result.completions, result.columns, result.metrics)
 
@@ -296,7 +230,7 @@ def evaluate_model(
     batch_size: int = 256,
     agent: AgentSettings | None = None,
     stop_strings: Sequence[str] = (),
-    engine: Any = None,
+    engine: RolloutEngine | TurnEngine | None = None,
 ) -> EvalReport:
     """Greedy pass@1 and per-reward means; with ``samples`` = n > 0, also n sampled
     completions per prompt, the unbiased pass@k for each k in ``ks`` and their means.

@@ -136,6 +136,7 @@ def _patterns() -> tuple[tuple[re.Pattern[str], Metric], ...]:
     )
 
 
+@cache  # a step logs the same keys every time: after the first, a lookup is a dict hit
 def metric(key: str) -> Metric:
     """The table's row for ``key``; a :class:`KeyError` names a key the table lacks."""
     for pattern, row in _patterns():

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from grpo.log.metric_table import metric
+
 CONSOLE_KEYS = (
     ("reward/mean", "reward"),
     ("accuracy", "acc"),
@@ -139,6 +141,10 @@ class MetricsLog:
         )
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
+        """One step's metrics; every key must be in the metric table (a key that is not
+        would fail the torchrun reduction, so a single-process run refuses it too)."""
+        for key in metrics:
+            metric(key)
         if not self.enabled:
             return
         with self.path.open("a") as handle:

@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Literal, TextIO
 
-from grpo.config import TrainConfig
 from grpo.log.metrics import console_line
 
 ProgressMode = Literal["bar", "quiet", "off"]
@@ -106,15 +105,20 @@ def on_terminal() -> bool:
 
 
 def step_progress(
-    train: TrainConfig, start_step: int, *, enabled: bool, terminal: bool | None = None
+    *,
+    total_steps: int,
+    start_step: int,
+    log_every: int,
+    enabled: bool,
+    quiet: bool,
+    terminal: bool | None = None,
 ) -> StepProgress:
-    """The run's progress display: ``enabled`` is false off rank 0 or when not verbose;
-    ``terminal`` (default: :func:`on_terminal`) false turns the bar into plain lines."""
-    mode: ProgressMode = "off" if not (enabled and train.progress) else "bar"
+    """The run's progress display: ``enabled`` is false with ``train.progress = false``,
+    off rank 0 or when not verbose; ``quiet`` (``train.quiet``) or ``terminal`` (default:
+    :func:`on_terminal`) false turns the bar into plain lines."""
+    mode: ProgressMode = "bar" if enabled else "off"
     if terminal is None:
         terminal = on_terminal()
-    if mode == "bar" and (train.quiet or not terminal):
+    if mode == "bar" and (quiet or not terminal):
         mode = "quiet"
-    return StepProgress(
-        mode, total_steps=train.steps, start_step=start_step, log_every=train.log_every
-    )
+    return StepProgress(mode, total_steps=total_steps, start_step=start_step, log_every=log_every)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-
-from grpo.config import ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -40,35 +39,36 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def load_tokenizer(config: ModelConfig) -> Any:
+def load_tokenizer(path: str, *, tokenizer_path: str = "") -> Any:
+    """The tokenizer at ``tokenizer_path``, or with the model at ``path`` when that is
+    empty; errors name the key it came from."""
     from transformers import AutoTokenizer
 
-    key = "model.tokenizer_path" if config.tokenizer_path else "model.path"
-    require_local_directory(config.tokenizer_path or config.path, key)
+    where = tokenizer_path or path
+    key = "model.tokenizer_path" if tokenizer_path else "model.path"
+    require_local_directory(where, key)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.path)
+        tokenizer = AutoTokenizer.from_pretrained(where)
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise ModelError(
-            f"{key}: no loadable tokenizer in {config.tokenizer_path or config.path} "
-            f"({_first_line(error)})"
+            f"{key}: no loadable tokenizer in {where} ({_first_line(error)})"
         ) from None
     if tokenizer.pad_token_id is None:
         # Padding positions are always masked out; any id will do, EOS is the usual choice.
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        where = config.tokenizer_path or config.path
         raise ValueError(f"model.tokenizer_path: tokenizer at {where} has no EOS token")
     return tokenizer
 
 
-def _load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> nn.Module:
+def _load_causal_lm(path: str, dtype: str, device: torch.device) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     require_local_directory(path, "model.path")
     if not (Path(path) / "config.json").is_file():
         raise ModelError(f"model.path: {path} has no config.json: not a Hugging Face model folder")
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype])
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
     except (OSError, ValueError, KeyError) as error:
         reason = _first_line(error)
         if "Unrecognized configuration class" in reason:
@@ -78,38 +78,57 @@ def _load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> nn.
     return model.to(device)
 
 
-def disable_dropout(model: nn.Module) -> None:
+def turn_off_dropout(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
 
 
-def lora_config(config: ModelConfig, task_type: str | None = None) -> Any:
-    """The peft ``LoraConfig`` of ``model.lora_*`` (rank, alpha, dropout, target modules)."""
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters (``model.lora_*``): rank, scaling numerator, dropout inside the
+    adapters, and the module names to adapt (``("all-linear",)``: every linear layer but
+    the output head)."""
+
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
+
+
+def lora_config(lora: LoraSpec, task_type: str | None = None) -> Any:
+    """The peft ``LoraConfig`` of ``lora``."""
     from peft import LoraConfig
 
-    targets = config.lora_target_modules
+    targets = list(lora.target_modules)  # peft turns a list (not a tuple) into a set
     return LoraConfig(
-        r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
         target_modules=targets[0] if targets == ["all-linear"] else targets,
         task_type=task_type,
     )
 
 
 def load_policy(
-    config: ModelConfig, device: torch.device, *, adapter_path: str | None = None
+    path: str,
+    device: torch.device,
+    *,
+    dtype: str,
+    disable_dropout: bool,
+    gradient_checkpointing: bool,
+    lora: LoraSpec | None,
+    adapter_path: str | None = None,
 ) -> nn.Module:
-    """The trainable policy; a LoRA-wrapped one when ``lora_rank > 0``.
+    """The trainable policy at ``path``; a LoRA-wrapped one with ``lora``.
 
     ``adapter_path`` resumes a LoRA adapter; for full fine-tuning, resume by pointing
     ``path`` at the checkpoint folder instead.
     """
-    model = _load_causal_lm(config.path, config, device)
-    if config.disable_dropout:
-        disable_dropout(model)
-    if config.lora_rank > 0:
+    model = _load_causal_lm(path, dtype, device)
+    if disable_dropout:
+        turn_off_dropout(model)
+    if lora is not None:
         try:
             from peft import PeftModel, get_peft_model
         except ImportError:
@@ -119,18 +138,18 @@ def load_policy(
         if adapter_path:
             model = PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
         else:
-            model = get_peft_model(model, lora_config(config, task_type="CAUSAL_LM"))
-    if config.gradient_checkpointing:
+            model = get_peft_model(model, lora_config(lora, task_type="CAUSAL_LM"))
+    if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if config.lora_rank > 0:
+        if lora is not None:
             model.enable_input_require_grads()
     model.train()
     return model
 
 
-def load_reference(config: ModelConfig, device: torch.device) -> nn.Module:
+def load_reference(path: str, device: torch.device, *, dtype: str) -> nn.Module:
     """A frozen copy of the starting policy (no grad, eval mode)."""
-    model = _load_causal_lm(config.path, config, device)
+    model = _load_causal_lm(path, dtype, device)
     model.requires_grad_(False)
     model.eval()
     return model

@@ -232,27 +232,54 @@ def completion_logprobs(
     if share_prompt and sharing_blocker(model) is None:
         groups = prompt_groups(prompt_ids_BP, prompt_mask_BP)
     prompt_width = prompt_ids_BP.shape[1]
+    scoring = {"temperature": temperature, "with_entropy": with_entropy}
     if parts is not None:
         decoder, head = parts
         hidden_BTH = _completion_outputs(decoder, inputs, prompt_width, groups, logits=False)
-        # Only real tokens are scored.
-        keep_BT = completion_mask_BT.bool()
-        logp_F, entropy_F = chunked_token_logprobs(
-            hidden_BTH[keep_BT],
-            head.weight,
-            completion_ids_BT[keep_BT],
-            temperature=temperature,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
+        return _score_hidden(
+            hidden_BTH, head, completion_ids_BT, completion_mask_BT, entropy_grad, **scoring
         )
-        logp_BT = logp_F.new_zeros(completion_ids_BT.shape).masked_scatter(keep_BT, logp_F)
-        entropy_BT = None
-        if entropy_F is not None:
-            entropy_BT = entropy_F.new_zeros(completion_ids_BT.shape).masked_scatter(
-                keep_BT, entropy_F
-            )
-        return logp_BT, entropy_BT
     logits_BTV = _completion_outputs(model, inputs, prompt_width, groups, logits=True)
+    return _score_logits(logits_BTV, completion_ids_BT, entropy_grad, **scoring)
+
+
+def _score_hidden(
+    hidden_BTH: torch.Tensor,
+    head: nn.Linear,
+    completion_ids_BT: torch.Tensor,
+    completion_mask_BT: torch.Tensor,
+    entropy_grad: bool,
+    *,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropy) of the real tokens through the LM head a chunk at a time;
+    padding positions are not scored and read 0."""
+    keep_BT = completion_mask_BT.bool()
+    logp_F, entropy_F = chunked_token_logprobs(
+        hidden_BTH[keep_BT],
+        head.weight,
+        completion_ids_BT[keep_BT],
+        temperature=temperature,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+    )
+    logp_BT = logp_F.new_zeros(completion_ids_BT.shape).masked_scatter(keep_BT, logp_F)
+    entropy_BT = None
+    if entropy_F is not None:
+        entropy_BT = entropy_F.new_zeros(completion_ids_BT.shape).masked_scatter(keep_BT, entropy_F)
+    return logp_BT, entropy_BT
+
+
+def _score_logits(
+    logits_BTV: torch.Tensor,
+    completion_ids_BT: torch.Tensor,
+    entropy_grad: bool,
+    *,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropy) from materialised full-vocabulary logits at temperature τ."""
     if temperature != 1.0:
         logits_BTV = logits_BTV / temperature
     logp_BT = token_logprobs(logits_BTV, completion_ids_BT)

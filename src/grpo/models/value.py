@@ -5,8 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from grpo.config import ModelConfig
-from grpo.models.loading import DTYPES, disable_dropout, lora_config, require_local_directory
+from grpo.models.loading import (
+    DTYPES,
+    LoraSpec,
+    lora_config,
+    require_local_directory,
+    turn_off_dropout,
+)
 from grpo.models.logprobs import positions_from_mask
 
 
@@ -32,25 +37,33 @@ class ValueModel(nn.Module):
         return self.head(hidden_BLH.to(self.head.weight.dtype)).squeeze(-1)
 
 
-def load_value_model(config: ModelConfig, device: torch.device) -> ValueModel:
-    """The body from ``config.path`` (LoRA-adapted when ``config.lora_rank`` > 0) and a
+def load_value_model(
+    path: str,
+    device: torch.device,
+    *,
+    dtype: str,
+    disable_dropout: bool,
+    gradient_checkpointing: bool,
+    lora: LoraSpec | None,
+) -> ValueModel:
+    """The body of the model at ``path`` (LoRA-adapted with ``lora``) and a
     zero-initialised head: V starts at 0."""
     from transformers import AutoModel
 
-    require_local_directory(config.path, "model.path")
-    body = AutoModel.from_pretrained(config.path, dtype=DTYPES[config.dtype])
-    if config.disable_dropout:
-        disable_dropout(body)
-    if config.gradient_checkpointing:
+    require_local_directory(path, "model.path")
+    body = AutoModel.from_pretrained(path, dtype=DTYPES[dtype])
+    if disable_dropout:
+        turn_off_dropout(body)
+    if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if config.lora_rank > 0:
+    if lora is not None:
         from peft import get_peft_model
 
-        body = get_peft_model(body, lora_config(config))
-        if config.gradient_checkpointing:
+        body = get_peft_model(body, lora_config(lora))
+        if gradient_checkpointing:
             body.enable_input_require_grads()
     hidden_size = body.config.get_text_config().hidden_size
-    model = ValueModel(body, hidden_size).to(device=device, dtype=DTYPES[config.dtype])
+    model = ValueModel(body, hidden_size).to(device=device, dtype=DTYPES[dtype])
     model.train()
     return model
 

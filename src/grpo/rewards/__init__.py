@@ -14,20 +14,9 @@ from grpo.rewards.format import r1_format
 from grpo.rewards.math import extract_answer, is_equivalent, math_equivalence, numeric_answer
 from grpo.rewards.model import reward_model
 from grpo.rewards.proof import proof_checker, proof_tasks
-from grpo.rewards.runner import (
-    RewardError,
-    RewardFunction,
-    RewardScores,
-    resolve_reward_functions,
-    score_completions,
-)
-from grpo.rewards.sandbox import (
-    SandboxLimits,
-    SandboxResult,
-    run_program,
-    run_python,
-    sandbox_isolation,
-)
+from grpo.rewards.resolve import resolve_reward_functions
+from grpo.rewards.runner import RewardError, RewardFunction, RewardScores, score_completions
+from grpo.sandbox import SandboxLimits, SandboxResult, run_program, run_python, sandbox_isolation
 
 __all__ = [
     "RewardError",

@@ -9,7 +9,7 @@ and writes whether it raised. One line per test on fd 3: ``<index> <json>``.
 
 Nothing here is trusted by the host: the solution runs in this process and may rewrite
 any of it. The host treats every line as the solution's claim and decides from the values
-alone (see :mod:`grpo.rewards.code_checks`).
+alone (see :mod:`grpo.rewards.code_verdict`).
 """
 
 import json

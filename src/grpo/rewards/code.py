@@ -69,8 +69,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from grpo.rewards.code_checks import TestPlan, defined_names, plan_test, verdict
-from grpo.rewards.sandbox import Isolation, SandboxLimits, run_python
+from grpo.rewards.code_checks import TestPlan, defined_names, plan_test
+from grpo.rewards.code_verdict import verdict
+from grpo.sandbox import Isolation, SandboxLimits, run_python
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"python", "py", "python3"}
@@ -217,7 +218,7 @@ def code_reward(
     """Fraction of the row's tests the completion's code passes (or 0/1 with ``binary``).
 
     ``timeout_s``, ``memory_mb``, ``max_processes`` and ``output_bytes`` are per program
-    run (see :class:`~grpo.rewards.sandbox.SandboxLimits`); ``workers`` 0 = one per core;
+    run (see :class:`~grpo.sandbox.SandboxLimits`); ``workers`` 0 = one per core;
     ``require`` names sandbox layers without which nothing runs (e.g. ``["netns"]``).
     """
     if tests_column not in columns:

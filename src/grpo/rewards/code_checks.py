@@ -1,14 +1,16 @@
-"""Assert-style code tests decided by the host, from plain data the solution returns.
+"""Splitting assert-style code tests so that the host decides them, from plain data the
+solution returns.
 
 A test ``assert <expression>`` is split (:func:`plan_test`) into **probes**, the largest
 sub-expressions that name something other than a few pure builtins and ``math`` (so:
 the solution's functions and variables, e.g. ``add(1, 2)``), and a **verdict**: the rest of
 the expression, with each probe replaced by its value. Only the probes run in the sandbox,
 next to the solution (``_code_harness.py``); their values come back as typed JSON of
-plain data, are rebuilt here as fresh Python objects, and the verdict is evaluated here
-(:func:`verdict`), in the trainer's process, with only those builtins and ``math`` in scope.
-Equality in the verdict is type-strict (:func:`strict_equal`): ``==``, ``!=``, ``in`` and
-``not in`` hold only between values of exactly the same type at every level.
+plain data, are rebuilt as fresh Python objects, and the verdict is evaluated in the
+trainer's process, with only those builtins and ``math`` in scope
+(:func:`~grpo.rewards.code_verdict.verdict`). Equality in the verdict is type-strict
+(:func:`~grpo.rewards.code_verdict.strict_equal`): ``==``, ``!=``, ``in`` and ``not in``
+hold only between values of exactly the same type at every level.
 
 HumanEval's ``def check(candidate):`` of asserts only, then ``check(entry_point)``, is
 split as the one assert of their conjunction. Other test code (setup lines, several
@@ -20,20 +22,18 @@ asserts rewritten to the harness's type-strict helpers (:func:`strict_source`), 
 from __future__ import annotations
 
 import ast
-import builtins
-import math
 from dataclasses import dataclass
 from typing import Any
 
 # Pure functions of plain data, evaluated in the host's verdict; nothing that takes a
 # callable (map, filter) or reaches objects' internals (getattr, vars, type's attributes).
-_BUILTINS = frozenset(
+PURE_BUILTINS = frozenset(
     {"abs", "all", "any", "bool", "bytes", "complex", "dict", "divmod", "enumerate", "float"}
     | {"frozenset", "int", "isinstance", "len", "list", "max", "min", "pow", "range", "repr"}
     | {"reversed", "round", "set", "sorted", "str", "sum", "tuple", "zip"}
 )
-TRUSTED_NAMES = _BUILTINS | {"math"}
-_PROBE = "_grpo_probe_"
+TRUSTED_NAMES = PURE_BUILTINS | {"math"}
+PROBE_PREFIX = "_grpo_probe_"  # the verdict's name for probe i: PROBE_PREFIX + str(i)
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class _Splitter:
             node = ast.ListComp(elt=node.elt, generators=node.generators)
         node = _StrictComparisons().visit(node)  # compared in the solution's process
         self.probes.append(ast.unparse(ast.fix_missing_locations(node)))
-        return ast.Name(id=f"{_PROBE}{len(self.probes) - 1}", ctx=ast.Load())
+        return ast.Name(id=f"{PROBE_PREFIX}{len(self.probes) - 1}", ctx=ast.Load())
 
 
 _STRICT_CALLS = {
@@ -251,89 +251,3 @@ def plan_test(source: str, solution_names: frozenset[str] = frozenset()) -> Test
     body = _StrictComparisons().visit(splitter.split(test))
     verdict = ast.fix_missing_locations(ast.Expression(body=body))
     return TestPlan(source, tuple(splitter.probes), verdict)
-
-
-# --- values --------------------------------------------------------------------------
-
-
-def decode(encoded: Any) -> Any:
-    """The harness's typed JSON → fresh plain Python objects; ValueError for anything else."""
-    if encoded is None or isinstance(encoded, bool):
-        return encoded
-    if not isinstance(encoded, dict) or len(encoded) != 1:
-        raise ValueError(f"not an encoded value: {str(encoded)[:80]}")
-    [(tag, payload)] = encoded.items()
-    if tag == "s" and isinstance(payload, str):
-        return payload
-    scalars = {
-        "i": int,
-        "f": float.fromhex,
-        "b": bytes.fromhex,
-        "c": lambda parts: complex(float.fromhex(parts[0]), float.fromhex(parts[1])),
-    }
-    if tag in scalars and isinstance(payload, (str, list)):
-        return scalars[tag](payload)
-    if not isinstance(payload, list):
-        raise ValueError(f"not an encoded value: {str(encoded)[:80]}")
-    containers = {"l": list, "t": tuple, "S": set, "F": frozenset}
-    if tag in containers:
-        return containers[tag](decode(item) for item in payload)
-    if tag == "d":
-        return {decode(key): decode(value) for key, value in payload}
-    raise ValueError(f"unknown tag {tag!r}")
-
-
-def _typed(value: Any) -> Any:
-    """A hashable form of plain data that keeps every level's exact type."""
-    kind = type(value)
-    if kind in (list, tuple):
-        return (kind.__name__, tuple(_typed(v) for v in value))
-    if kind in (set, frozenset):
-        return (kind.__name__, frozenset(_typed(v) for v in value))
-    if kind is dict:
-        return ("dict", frozenset((_typed(k), _typed(v)) for k, v in value.items()))
-    if kind in (int, float, complex, str, bytes, bool, type(None)):
-        return (kind.__name__, value)
-    return ("object", id(value))  # verdict-made objects (ranges, iterators): identity only
-
-
-def strict_equal(a: Any, b: Any) -> bool:
-    """Equal with exactly the same types at every level: ``1 != 1.0 != True``,
-    ``[1] != (1,)``; objects other than plain data are equal only to themselves."""
-    if type(a) is not type(b):
-        return False
-    try:
-        return _typed(a) == _typed(b)
-    except TypeError:  # unhashable in a set/dict position: cannot come from decode
-        return False
-
-
-def strict_contains(container: Any, item: Any) -> bool:
-    if type(container) in (str, bytes):
-        return type(item) is type(container) and item in container
-    return any(strict_equal(item, element) for element in container)
-
-
-_SCOPE = {name: getattr(builtins, name) for name in _BUILTINS}
-_HELPERS = {
-    "_grpo_eq": strict_equal,
-    "_grpo_ne": lambda a, b: not strict_equal(a, b),
-    "_grpo_in": lambda a, b: strict_contains(b, a),
-    "_grpo_not_in": lambda a, b: not strict_contains(b, a),
-}
-
-
-def verdict(plan: TestPlan, encoded_probes: list[Any]) -> bool:
-    """Whether the test passed, given the harness's report of its probes."""
-    assert plan.verdict is not None
-    if len(encoded_probes) != len(plan.probes):
-        return False
-    scope: dict[str, Any] = {"__builtins__": _SCOPE, "math": math, **_HELPERS}
-    try:
-        for index, report in enumerate(encoded_probes):
-            if not isinstance(report, dict) or "v" not in report:
-                return False  # the probe raised, or returned something that is not data
-            scope[f"{_PROBE}{index}"] = decode(report["v"])
-        return bool(eval(compile(plan.verdict, "<test verdict>", "eval"), scope))
-    except Exception:
-        return False

@@ -28,6 +28,8 @@ import threading
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from grpo.text.boxed import last_boxed
+
 # One numeric literal: thousands groups only in threes, so "1,2" is not twelve.
 _LITERAL = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
 _SIGNED = rf"[-+]?(?:{_LITERAL})"
@@ -49,34 +51,6 @@ class Number(NamedTuple):
 # --- extraction ------------------------------------------------------------------------
 
 
-def _last_boxed(text: str) -> str | None:
-    """Contents of the last ``\\boxed{…}`` or ``\\fbox{…}``, braces balanced; or of a
-    brace-less ``\\boxed 5``."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    rest = text[start:].split("{", 1)
-    head = rest[0]
-    if head not in ("\\boxed", "\\fbox"):
-        bare = re.match(r"\\boxed\s+([^\s$]+)", text[start:])
-        return bare.group(1) if bare else None
-    if len(rest) == 1:
-        return None
-    begin = start + len(head) + 1
-    depth = 0
-    for index in range(begin, len(text)):
-        if text[index] == "{":
-            depth += 1
-        elif text[index] == "}":
-            if depth == 0:
-                return text[begin:index]
-            depth -= 1
-    return None  # unbalanced: cut off mid-answer
-
-
-last_boxed = _last_boxed  # public: data.py reads MATH-style reference solutions with it
-
-
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion, by the first of these forms that is present.
 
@@ -86,7 +60,7 @@ def extract_answer(text: str) -> str | None:
     fraction, ``a/b`` or a percentage counts as one number).
     """
     text = text.replace("\u2212", "-")
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip()
     if "####" in text:

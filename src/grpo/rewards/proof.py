@@ -10,7 +10,7 @@ it says: the file states the row's theorem.
 
 The reward is 1.0 when the proof proves *that* statement with nothing assumed, else 0.0.
 Two runs of ``coqc``, one after the other in a single sandboxed program (the code
-reward's :class:`~grpo.rewards.sandbox.SandboxLimits`: time, memory, output, no network,
+reward's :class:`~grpo.sandbox.SandboxLimits`: time, memory, output, no network,
 a private file system):
 
 Besides the code reward's hidden directories, a proof's mount namespace hides every
@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
-from grpo.rewards.sandbox import Isolation, SandboxLimits, run_program
+from grpo.sandbox import Isolation, SandboxLimits, run_program
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _COQ_TAGS = {"coq", "rocq", "v"}
@@ -206,7 +206,7 @@ def proof_checker(
     stated, with no axiom, admitted lemma or parameter behind it; else 0.0.
 
     ``timeout_s``, ``memory_mb``, ``max_processes`` and ``output_bytes`` bound each
-    completion's check (see :class:`~grpo.rewards.sandbox.SandboxLimits`); ``workers`` 0 =
+    completion's check (see :class:`~grpo.sandbox.SandboxLimits`); ``workers`` 0 =
     one per core; ``require`` names sandbox layers without which nothing runs.
     """
     if theorem_column not in columns:

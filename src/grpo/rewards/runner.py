@@ -27,8 +27,6 @@ counted in ``reward/<name>/errors``. A function that times out keeps running in 
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib
 import inspect
 import math
 import numbers
@@ -73,62 +71,7 @@ class RewardScores:
     errors: dict[str, list[str]] = field(default_factory=dict)  # name -> what was substituted
 
 
-def resolve_function(spec: str) -> Callable[..., Any]:
-    """Import ``module:function`` once, at start-up."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise RewardError(
-            f"reward function {spec!r}: cannot import {module_name!r}: {error}"
-        ) from None
-    fn = getattr(module, attribute, None)
-    if not callable(fn):
-        raise RewardError(f"reward function {spec!r}: {module_name} has no callable {attribute!r}")
-    return fn
-
-
-def resolve_reward_functions(configs: Sequence[Any]) -> list[RewardFunction]:
-    """RewardConfig list → RewardFunction list; names are the function part of the spec."""
-    functions = []
-    for config in configs:
-        name = config.function.partition(":")[2]
-        if any(f.name == name for f in functions):
-            name = config.function
-        fn = resolve_function(config.function)
-        if config.options:
-            fn = functools.wraps(fn)(functools.partial(fn, **config.options))
-        if config.on_error not in ("fail", "zero", "skip_group"):
-            raise RewardError(f"reward {name!r}: on_error must be fail, zero or skip_group")
-        functions.append(
-            RewardFunction(
-                name=name,
-                fn=fn,
-                weight=config.weight,
-                timeout_s=config.timeout_s,
-                on_error=config.on_error,
-                accuracy=config.accuracy,
-            )
-        )
-    marked = [f.name for f in functions if f.accuracy]
-    if len(marked) > 1:
-        raise RewardError(f"rewards {marked} all set accuracy = true; at most one may")
-    return functions
-
-
 # --- calling ---------------------------------------------------------------------------
-
-
-def accuracy_reward(functions: Sequence[RewardFunction]) -> RewardFunction | None:
-    """The function behind the ``accuracy`` metric, the ``groups/*`` counts, the
-    curriculum's successes and evaluation: the one configured with ``accuracy = true``,
-    else the first built-in that checks correctness (``fn.is_accuracy``), else None."""
-    marked = [f for f in functions if f.accuracy]
-    if len(marked) > 1:
-        raise RewardError(f"rewards {[f.name for f in marked]} all set accuracy = true")
-    if marked:
-        return marked[0]
-    return next((f for f in functions if getattr(f.fn, "is_accuracy", False)), None)
 
 
 def _invoke(
@@ -262,6 +205,60 @@ def _message(function: RewardFunction, what: str, row: int | None, completions: 
 # --- scoring ---------------------------------------------------------------------------
 
 
+def _collect(
+    function: RewardFunction,
+    future: Future,
+    started: float,
+    prompts: list[str],
+    completions: list[str],
+    columns: dict[str, list[Any]],
+) -> tuple[list[Any], dict[int, str]]:
+    """One function's values and its rows' problems (row → what went wrong); under
+    ``on_error = "fail"`` a problem raises :class:`RewardError` naming the row instead."""
+    batch = len(completions)
+    deadline = started + function.timeout_s if function.timeout_s > 0 else None
+    try:
+        values = _as_list(_wait(future, deadline), batch)
+        problems = _row_problems(values)
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        what = _describe(error, function)
+        if function.on_error == "fail":
+            located = None
+            if not isinstance(error, (TimeoutError, _CallError)):  # it raised: find where
+                located = _locate_row(function, prompts, completions, columns)
+            if located is not None:
+                what = f"{what} (on the whole call; alone, row {located[0]} {located[1]})"
+            row = located[0] if located is not None else None
+            raise RewardError(
+                _message(function, what, row, completions), function.name, row
+            ) from error
+        values, problems = [0.0] * batch, dict.fromkeys(range(batch), what)
+    if problems and function.on_error == "fail":
+        row, what = min(problems.items())
+        raise RewardError(_message(function, what, row, completions), function.name, row)
+    if problems and function.on_error not in ("zero", "skip_group"):
+        raise RewardError(f"reward {function.name!r}: unknown on_error {function.on_error!r}")
+    return values, problems
+
+
+def _function_metrics(
+    name: str, numbers_B: torch.Tensor, problems: dict[int, str], seconds: float
+) -> dict[str, float]:
+    """``reward/<name>/…``: mean and population std over the rows it scored, errors, seconds."""
+    scored_B = torch.tensor(
+        [row not in problems for row in range(len(numbers_B))], dtype=torch.bool
+    )
+    valid = numbers_B[scored_B]
+    return {
+        f"reward/{name}/mean": valid.mean().item() if valid.numel() else 0.0,
+        f"reward/{name}/std": valid.std(unbiased=False).item() if valid.numel() else 0.0,
+        f"reward/{name}/errors": float(len(problems)),
+        f"reward/{name}/seconds": seconds,
+    }
+
+
 def score_completions(
     functions: Sequence[RewardFunction],
     prompts: list[str],
@@ -281,34 +278,9 @@ def score_completions(
     metrics: dict[str, float] = {}
     errors: dict[str, list[str]] = {}
     for function, future in zip(functions, futures, strict=True):
-        deadline = started + function.timeout_s if function.timeout_s > 0 else None
-        problems: dict[int, str] = {}
-        values: list[Any] = [0.0] * batch
-        try:
-            values = _as_list(_wait(future, deadline), batch)
-            problems = _row_problems(values)
-        except BaseException as error:
-            if isinstance(error, KeyboardInterrupt):
-                raise
-            what = _describe(error, function)
-            if function.on_error == "fail":
-                located = None
-                if not isinstance(error, (TimeoutError, _CallError)):  # it raised: find where
-                    located = _locate_row(function, prompts, completions, columns)
-                if located is not None:
-                    what = f"{what} (on the whole call; alone, row {located[0]} {located[1]})"
-                row = located[0] if located is not None else None
-                raise RewardError(
-                    _message(function, what, row, completions), function.name, row
-                ) from error
-            problems = dict.fromkeys(range(batch), what)
+        values, problems = _collect(function, future, started, prompts, completions, columns)
         # Its own running time; a function still running (timed out) ran until now.
         seconds = getattr(future, "seconds", time.monotonic() - started)
-        if problems and function.on_error == "fail":
-            row, what = min(problems.items())
-            raise RewardError(_message(function, what, row, completions), function.name, row)
-        if problems and function.on_error not in ("zero", "skip_group"):
-            raise RewardError(f"reward {function.name!r}: unknown on_error {function.on_error!r}")
         numbers_B = torch.tensor(
             [0.0 if row in problems else _as_number(value) for row, value in enumerate(values)],
             dtype=torch.float32,
@@ -317,14 +289,7 @@ def score_completions(
             skip_B[sorted(problems)] = True
         per_function[function.name] = numbers_B
         total_B += function.weight * numbers_B
-        scored = torch.tensor([row not in problems for row in range(batch)], dtype=torch.bool)
-        valid = numbers_B[scored]
-        metrics[f"reward/{function.name}/mean"] = valid.mean().item() if valid.numel() else 0.0
-        metrics[f"reward/{function.name}/std"] = (
-            valid.std(unbiased=False).item() if valid.numel() else 0.0
-        )
-        metrics[f"reward/{function.name}/errors"] = float(len(problems))
-        metrics[f"reward/{function.name}/seconds"] = seconds
+        metrics |= _function_metrics(function.name, numbers_B, problems, seconds)
         if problems:
             errors[function.name] = [f"row {row}: {what}" for row, what in sorted(problems.items())]
     metrics["reward/total/mean"] = total_B.mean().item() if batch else 0.0

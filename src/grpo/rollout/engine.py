@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,9 @@ class RolloutEngine(ABC):
         """Make the engine sample from ``model``'s current weights (no-op when it is the model)."""
 
 
-def decode_completions(tokenizer: Any, ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> list[str]:
+def decode_completions(
+    tokenizer: PreTrainedTokenizerBase, ids_BT: torch.Tensor, mask_BT: torch.Tensor
+) -> list[str]:
     """Each row's completion tokens (its mask's count) as text, special tokens dropped."""
     lengths = mask_BT.sum(dim=1).tolist()
     rows = [row[:length] for row, length in zip(ids_BT.tolist(), lengths, strict=True)]

@@ -9,88 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from grpo.models.logprobs import positions_from_mask
-from grpo.models.wrappers import cache_kwarg
 from grpo.rollout.engine import (
     Rollout,
     RolloutEngine,
     RolloutRequest,
     SamplingParams,
     concat_rollouts,
-    left_pad,
     next_token,
     sampling_noise,
 )
+from grpo.rollout.hf_prefill import Prefill, prefill_prompts
 from grpo.rollout.hf_turns import HFTurnSession
 from grpo.rollout.turns import TurnEngine, TurnSession
 
-
-@dataclass
-class _Prefill:
-    """A chunk's prompts after their forward pass, one row per completion."""
-
-    logits_BV: torch.Tensor  # the next-token logits after each row's prompt
-    prompt_ids_BP: torch.Tensor
-    prompt_mask_BP: torch.Tensor
-    next_position_B1: torch.Tensor
-    kv_cache: Any
-    cache_name: str  # the model's keyword for it
-
-
-def preallocate_cache(kv_cache: Any, new_tokens: int) -> None:
-    """Give each full-attention layer of a prefilled ``DynamicCache`` room for ``new_tokens``.
-
-    A ``DynamicLayer`` grows by concatenation, copying the whole cache at every decoded token
-    (O(T²) copying over a completion); a pre-allocated layer writes each token in place.
-    Other layer kinds (sliding windows, quantized…) are left as they are.
-    """
-    try:
-        from transformers.cache_utils import DynamicLayer
-    except ImportError:  # an older transformers without cache layers
-        return
-    layers = getattr(kv_cache, "layers", None)
-    if not layers or new_tokens <= 0:
-        return
-
-    class PreallocatedLayer(DynamicLayer):
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-            super().__init__()
-            batch, heads, length, width = keys.shape
-            self.key_buffer = keys.new_empty(batch, heads, length + new_tokens, width)
-            self.value_buffer = values.new_empty(batch, heads, length + new_tokens, width)
-            self.key_buffer[:, :, :length] = keys
-            self.value_buffer[:, :, :length] = values
-            self.length, self.device, self.is_initialized = length, keys.device, True
-            self.keys, self.values = keys, values
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            end = self.length + key_states.shape[-2]
-            if end > self.key_buffer.shape[-2]:  # more tokens than planned: grow as before
-                keys, values = super().update(key_states, value_states, *args, **kwargs)
-                self.key_buffer, self.value_buffer, self.length = keys, values, end
-                return keys, values
-            self.key_buffer[:, :, self.length : end] = key_states
-            self.value_buffer[:, :, self.length : end] = value_states
-            self.length = end
-            self.keys = self.key_buffer[:, :, :end]
-            self.values = self.value_buffer[:, :, :end]
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            """Keep the rows ``indices`` (finished rows leave the decode batch)."""
-            self.key_buffer = self.key_buffer[indices]
-            self.value_buffer = self.value_buffer[indices]
-            self.keys = self.key_buffer[:, :, : self.length]
-            self.values = self.value_buffer[:, :, : self.length]
-
-    for index, layer in enumerate(layers):
-        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
-            layers[index] = PreallocatedLayer(layer.keys, layer.values)
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 
 @dataclass
@@ -103,7 +41,7 @@ class _LiveRows:
     position_B1: torch.Tensor
     noise_BT: torch.Tensor | None
 
-    def keep(self, keep_B: torch.Tensor, kv_cache: Any) -> None:
+    def keep(self, keep_B: torch.Tensor, kv_cache: DynamicCache) -> None:
         """Keep only the rows ``keep_B``, in the KV cache too."""
         self.row_B, self.done_B = self.row_B[keep_B], self.done_B[keep_B]
         self.mask_BL, self.position_B1 = self.mask_BL[keep_B], self.position_B1[keep_B]
@@ -139,6 +77,11 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         self.max_sequences_per_batch = max_sequences_per_batch
         self.all_done = all_done
 
+    @property
+    def device(self) -> torch.device:
+        """The policy's device: where it samples and where its rollouts' tensors live."""
+        return next(self.model.parameters()).device
+
     def sync_weights(self, model: nn.Module) -> None:
         self.model = model
 
@@ -148,9 +91,8 @@ class TransformersEngine(RolloutEngine, TurnEngine):
             raise ValueError("stop_strings need a decode function")
         noise_BT = None
         if params.temperature > 0:  # drawn for every row of the step, whatever the rows are
-            device = next(self.model.parameters()).device
             noise_BT = sampling_noise(
-                request.total_rows, params.max_new_tokens, request.generator, device
+                request.total_rows, params.max_new_tokens, request.generator, self.device
             )
         chunk, stop = self.max_sequences_per_batch, request.stop
         chunks = [
@@ -173,7 +115,7 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         was_training = model.training
         model.eval()
         try:
-            prefill = self._prefill(request, first_row, end_row)
+            prefill = prefill_prompts(model, self.pad_token_id, request, first_row, end_row)
             return self._decode(prefill, params, noise_BT)
         finally:
             model.train(was_training)
@@ -182,45 +124,8 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         """Multi-turn sampling that continues from the KV cache (:mod:`grpo.rollout.hf_turns`)."""
         return HFTurnSession(self, request, max_model_tokens)
 
-    def _prefill(
-        self, request: RolloutRequest, first_row: int, end_row: int, preallocate: bool = True
-    ) -> _Prefill:
-        """One forward pass over the chunk's distinct prompts; its cache, rows selected."""
-        model, group_size = self.model, request.group_size
-        device = next(model.parameters()).device
-        first_prompt = first_row // group_size
-        prompts = request.prompt_token_ids[first_prompt : (end_row - 1) // group_size + 1]
-        # Row b's prompt, as an index into `prompts` (a group may be cut at either end).
-        select_B = torch.arange(first_row, end_row, device=device) // group_size - first_prompt
-        prompt_ids_NP, prompt_mask_NP = left_pad(prompts, self.pad_token_id)
-        prompt_ids_NP, prompt_mask_NP = prompt_ids_NP.to(device), prompt_mask_NP.to(device)
-        cache_name = cache_kwarg(model)
-        from transformers import DynamicCache
-
-        kv_cache = DynamicCache()
-        positions_NP = positions_from_mask(prompt_mask_NP)
-        logits_NV = model(
-            input_ids=prompt_ids_NP,
-            attention_mask=prompt_mask_NP,
-            position_ids=positions_NP,
-            use_cache=True,
-            logits_to_keep=1,
-            **{cache_name: kv_cache},
-        ).logits[:, -1, :]
-        kv_cache.batch_select_indices(select_B)
-        if preallocate:
-            preallocate_cache(kv_cache, request.params.max_new_tokens)
-        return _Prefill(
-            logits_BV=logits_NV[select_B],
-            prompt_ids_BP=prompt_ids_NP[select_B],
-            prompt_mask_BP=prompt_mask_NP[select_B],
-            next_position_B1=positions_NP[select_B, -1:] + 1,
-            kv_cache=kv_cache,
-            cache_name=cache_name,
-        )
-
     def _decode(
-        self, prefill: _Prefill, params: SamplingParams, noise_BT: torch.Tensor | None
+        self, prefill: Prefill, params: SamplingParams, noise_BT: torch.Tensor | None
     ) -> Rollout:
         """Sample token after token until every row ended or max_new_tokens is reached.
 
@@ -284,7 +189,7 @@ class TransformersEngine(RolloutEngine, TurnEngine):
             stopped_B=stopped_B,
         )
 
-    def _stop_or_compact(self, live: _LiveRows, prefill: _Prefill) -> bool:
+    def _stop_or_compact(self, live: _LiveRows, prefill: Prefill) -> bool:
         """True when decoding may stop; else the ended rows leave the batch."""
         finished = bool(live.done_B.all())
         if self.all_done is not None:  # FSDP: every process runs the same forwards, all rows

@@ -20,24 +20,46 @@ again): the baseline of ``benchmarks/multi_turn_rollout.py``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+from torch import nn
 
 from grpo.models.logprobs import positions_from_mask
 from grpo.rollout.engine import RolloutRequest, left_pad, next_token, sampling_noise
+from grpo.rollout.hf_prefill import prefill_prompts
 from grpo.rollout.turns import TurnOutput, TurnSession, check_turn_rows
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
+
+class HFSessionEngine(Protocol):
+    """What a session uses of the built-in engine (``TransformersEngine``)."""
+
+    model: nn.Module
+    pad_token_id: int
+    eos_token_ids: set[int]
+    decode: Callable[[list[int]], str] | None  # ids → text; needed only for stop strings
+
+    @property
+    def device(self) -> torch.device: ...
 
 
 class HFTurnSession(TurnSession):
     """A :class:`TurnSession` on a ``TransformersEngine`` (see the module docstring)."""
 
     def __init__(
-        self, engine: Any, request: RolloutRequest, max_model_tokens: int, reuse_cache: bool = True
+        self,
+        engine: HFSessionEngine,
+        request: RolloutRequest,
+        max_model_tokens: int,
+        reuse_cache: bool = True,
     ) -> None:
         self.engine, self.request, self.reuse_cache = engine, request, reuse_cache
         self.model = engine.model
-        self.device = next(self.model.parameters()).device
+        self.device = engine.device
         rows = request.stop - request.start
         self.noise_BT = None
         if request.params.temperature > 0:  # the whole step's noise, this block's rows
@@ -53,7 +75,8 @@ class HFTurnSession(TurnSession):
         self.sampled = [0] * rows  # model tokens sampled so far: the row's noise column
         self.pending: list[list[int]] = [[] for _ in range(rows)]  # sampled, not yet fed
         self.fed_widths: list[list[int]] = []  # real tokens each feeding pass computed, by row
-        self.cache: Any = None
+        self.cache: DynamicCache | None = None  # made by the first turn's prefill
+        self.cache_name = ""  # the model's keyword for the cache, known at the prefill
         self.mask_BL = torch.zeros(0)
         self.next_position_B = torch.zeros(0)
         self.logits_BV = torch.zeros(0)
@@ -88,10 +111,17 @@ class HFTurnSession(TurnSession):
     # --- the cache ---------------------------------------------------------------------
 
     def _prefill_prompts(self) -> None:
-        """Turn 1: each distinct prompt once (the engine's prefill), its cache per row."""
+        """Turn 1: each distinct prompt once (:func:`prefill_prompts`), its cache per row."""
         request = self.request
         # No pre-allocated cache layers: rows are selected and turns grow it past any plan.
-        prefill = self.engine._prefill(request, request.start, request.stop, preallocate=False)
+        prefill = prefill_prompts(
+            self.model,
+            self.engine.pad_token_id,
+            request,
+            request.start,
+            request.stop,
+            preallocate=False,
+        )
         self.cache, self.cache_name = prefill.kv_cache, prefill.cache_name
         self.mask_BL = prefill.prompt_mask_BP
         self.next_position_B = prefill.next_position_B1[:, 0]
@@ -124,13 +154,13 @@ class HFTurnSession(TurnSession):
         self.live = list(rows)
 
     def _forward(
-        self, ids_BW: torch.Tensor, mask_BL: torch.Tensor, positions_BW: torch.Tensor
+        self, ids_BU: torch.Tensor, mask_BL: torch.Tensor, positions_BU: torch.Tensor
     ) -> torch.Tensor:
-        """The model on ``ids_BW`` after the cache (``mask_BL`` covers cache + new)."""
+        """The model on ``ids_BU`` after the cache (``mask_BL`` covers cache + new)."""
         return self.model(
-            input_ids=ids_BW,
+            input_ids=ids_BU,
             attention_mask=mask_BL,
-            position_ids=positions_BW,
+            position_ids=positions_BU,
             use_cache=True,
             **{self.cache_name: self.cache},
         ).logits
@@ -139,19 +169,19 @@ class HFTurnSession(TurnSession):
         """One forward pass over each row's new tokens (left-aligned, padding masked)."""
         width = max(len(block) for block in blocks)
         rows = len(blocks)
-        ids_BW = torch.full((rows, width), self.engine.pad_token_id, dtype=torch.long)
-        mask_BW = torch.zeros((rows, width), dtype=torch.long)
+        ids_BU = torch.full((rows, width), self.engine.pad_token_id, dtype=torch.long)
+        mask_BU = torch.zeros((rows, width), dtype=torch.long)
         for row, block in enumerate(blocks):
             if block:
-                ids_BW[row, : len(block)] = torch.tensor(block, dtype=torch.long)
-                mask_BW[row, : len(block)] = 1
-        ids_BW, mask_BW = ids_BW.to(self.device), mask_BW.to(self.device)
-        positions_BW = self.next_position_B[:, None] + torch.arange(width, device=self.device)
-        self.mask_BL = torch.cat([self.mask_BL, mask_BW], dim=1)
-        logits_BWV = self._forward(ids_BW, self.mask_BL, positions_BW)
-        lengths_B = mask_BW.sum(dim=1)
+                ids_BU[row, : len(block)] = torch.tensor(block, dtype=torch.long)
+                mask_BU[row, : len(block)] = 1
+        ids_BU, mask_BU = ids_BU.to(self.device), mask_BU.to(self.device)
+        positions_BU = self.next_position_B[:, None] + torch.arange(width, device=self.device)
+        self.mask_BL = torch.cat([self.mask_BL, mask_BU], dim=1)
+        logits_BUV = self._forward(ids_BU, self.mask_BL, positions_BU)
+        lengths_B = mask_BU.sum(dim=1)
         last_B = (lengths_B - 1).clamp(min=0)
-        new_logits_BV = logits_BWV[torch.arange(rows, device=self.device), last_B]
+        new_logits_BV = logits_BUV[torch.arange(rows, device=self.device), last_B]
         self.logits_BV = torch.where((lengths_B > 0)[:, None], new_logits_BV, self.logits_BV)
         self.next_position_B = self.next_position_B + lengths_B
         self.fed_widths.append([len(block) for block in blocks])

@@ -50,6 +50,13 @@ class TurnSession(ABC):
 class TurnEngine(ABC):
     """An engine that samples turn by turn (see :class:`TurnSession`)."""
 
+    pad_token_id: int  # fills the assembled rollout's padding
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """Where the assembled rollout's tensors go: the trainer's device."""
+
     @abstractmethod
     def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
         """A session on ``request``'s rows; ``request.params.max_new_tokens`` caps one turn,

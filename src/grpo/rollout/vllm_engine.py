@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -48,7 +49,7 @@ INSTALL_HINT = (
 )
 
 
-def import_vllm() -> Any:
+def import_vllm() -> ModuleType:
     """The ``vllm`` module, or an ImportError saying what to install (and that a GPU is needed)."""
     try:
         import vllm
@@ -122,15 +123,20 @@ def hf_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             model.unmerge_adapter()
 
 
-def context_length(config: Any) -> int:
+def context_length(
+    max_prompt_tokens: int,
+    max_new_tokens: int,
+    *,
+    max_turns: int | None = None,
+    max_tool_response_tokens: int = 0,
+) -> int:
     """vLLM's ``max_model_len`` when ``rollout.vllm_max_model_len`` is 0: the prompt and a
-    completion; with ``[agent]``, ``max_turns`` turns, each a completion, a tool result of
-    at most ``max_tool_response_tokens`` and 64 tokens of the chat template's markers."""
-    prompt, completion = config.data.max_prompt_tokens, config.rollout.max_new_tokens
-    agent = config.agent
-    if not agent.enabled:
-        return prompt + completion
-    return prompt + agent.max_turns * (completion + agent.max_tool_response_tokens + 64)
+    completion; multi-turn (``max_turns`` set, ``[agent]``), ``max_turns`` turns, each a
+    completion, a tool result of at most ``max_tool_response_tokens`` and 64 tokens of the
+    chat template's markers."""
+    if max_turns is None:
+        return max_prompt_tokens + max_new_tokens
+    return max_prompt_tokens + max_turns * (max_new_tokens + max_tool_response_tokens + 64)
 
 
 # --- the engine ------------------------------------------------------------------------
@@ -159,7 +165,7 @@ class VLLMEngine(RolloutEngine, TurnEngine):
         vllm = import_vllm()
         self.pad_token_id = pad_token_id
         self.eos_token_ids = eos_token_ids
-        self.device = device
+        self._device = device
         self.sleep_between_rollouts = sleep
         self._asleep = False
         _launcher_environment()
@@ -189,25 +195,10 @@ class VLLMEngine(RolloutEngine, TurnEngine):
             self.llm = vllm.LLM(**arguments)
         self.sampling_params = vllm.SamplingParams
 
-    @classmethod
-    def from_config(
-        cls, config: Any, tokenizer: Any, eos_token_ids: set[int], device: torch.device
-    ) -> VLLMEngine:
-        """The engine for a :class:`grpo.config.Config` (``rollout.vllm_*`` keys)."""
-        rollout = config.rollout
-        return cls(
-            config.model.path,
-            tokenizer_path=config.model.tokenizer_path or config.model.path,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_ids=eos_token_ids,
-            device=device,
-            dtype=config.model.dtype,
-            gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
-            max_model_len=rollout.vllm_max_model_len or context_length(config),
-            sleep=rollout.vllm_sleep,
-            enforce_eager=rollout.vllm_enforce_eager,
-            seed=config.train.seed,
-        )
+    @property
+    def device(self) -> torch.device:
+        """Where rollouts' tensors go: the trainer's device (vLLM keeps its own memory)."""
+        return self._device
 
     def generate_rows(self, request: RolloutRequest) -> Rollout:
         params, generator, group_size = request.params, request.generator, request.group_size
@@ -264,7 +255,7 @@ class VLLMEngine(RolloutEngine, TurnEngine):
             self._asleep = True
 
 
-def _vllm_model(llm: Any) -> nn.Module:
+def _vllm_model(llm: Any) -> nn.Module:  # vllm.LLM, whose insides move across versions
     """The ``nn.Module`` inside an in-process vLLM engine (its path moved across versions)."""
     candidates = (
         lambda: llm.llm_engine.model_executor.driver_worker.model_runner.model,

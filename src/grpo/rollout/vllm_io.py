@@ -41,7 +41,7 @@ class Completion:
     stopped: bool  # ended on EOS or a stop string (vLLM finish_reason "stop"), not on length
 
 
-def completion_from_output(output: Any) -> Completion:
+def completion_from_output(output: Any) -> Completion:  # Any: the optional package's type
     """vLLM ``CompletionOutput`` → :class:`Completion` (the sampled token's log-prob per step)."""
     token_ids = list(output.token_ids)
     entries = output.logprobs or []

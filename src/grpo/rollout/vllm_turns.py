@@ -17,7 +17,8 @@ no two (row, turn) pairs share a seed. Greedy turns (temperature 0) are unseeded
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
@@ -28,10 +29,33 @@ from grpo.rollout.vllm_io import completion_from_output, request_params
 SEED_LIMIT = 2**63 - 1  # vLLM seeds are 64-bit
 
 
+class TokenGenerator(Protocol):
+    """What a session calls of ``vllm.LLM``: generation from token-id prompts."""
+
+    def generate(
+        self, prompts: list[dict[str, list[int]]], *, sampling_params: list[Any], use_tqdm: bool
+    ) -> list[Any]:  # vLLM's RequestOutput and SamplingParams: the optional package's types
+        ...
+
+
+class VLLMSessionEngine(Protocol):
+    """What a session uses of ``VLLMEngine``."""
+
+    llm: TokenGenerator
+    sampling_params: Callable[..., Any]  # vllm.SamplingParams (its keywords: request_params)
+    eos_token_ids: set[int]
+
+    def wake(self) -> None: ...
+
+    def rest(self) -> None: ...
+
+
 class VLLMTurnSession(TurnSession):
     """A block of a step's rows, sampled turn by turn on a ``VLLMEngine`` (module docstring)."""
 
-    def __init__(self, engine: Any, request: RolloutRequest, max_model_tokens: int) -> None:
+    def __init__(
+        self, engine: VLLMSessionEngine, request: RolloutRequest, max_model_tokens: int
+    ) -> None:
         self.engine, self.request, self.max_model_tokens = engine, request, max_model_tokens
         generator = request.generator
         device = generator.device if generator is not None else None
@@ -94,6 +118,6 @@ class VLLMTurnSession(TurnSession):
         return [_turn_output(output.outputs[0]) for output in outputs]
 
 
-def _turn_output(output: Any) -> TurnOutput:
+def _turn_output(output: Any) -> TurnOutput:  # vllm.CompletionOutput (optional package)
     completion = completion_from_output(output)
     return TurnOutput(completion.token_ids, completion.logprobs, completion.stopped)

@@ -11,8 +11,8 @@ import torch
 
 from grpo.algo.groups import Groups
 from grpo.data.sampler import PromptSampler
-from grpo.eval.reasoning import self_corrects, thinking_chars
 from grpo.rewards.runner import RewardError, RewardScores, score_completions
+from grpo.text.reasoning import self_corrects, thinking_chars
 from grpo.training.rounds import (
     Generation,
     ProducedRound,
@@ -49,7 +49,7 @@ def text_features(
     completions: list[str], pattern: re.Pattern[str] | None
 ) -> dict[str, torch.Tensor]:
     """Per completion: whether it has a ``<think>`` block, its length in characters (0
-    without one), and whether it self-corrects (see :mod:`grpo.eval.reasoning`)."""
+    without one), and whether it self-corrects (see :mod:`grpo.text.reasoning`)."""
     chars = [thinking_chars(completion) for completion in completions]
     return {
         "has_think_B": torch.tensor([c is not None for c in chars], dtype=torch.bool),

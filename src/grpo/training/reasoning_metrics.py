@@ -1,10 +1,10 @@
 """The step's ``reasoning/*`` metrics: completion length by the prompt's estimated
 difficulty, ``<think>`` length and the self-correction rate (counting in
-:mod:`grpo.eval.reasoning`), over the whole step's rows (gathered from every process)."""
+:mod:`grpo.text.reasoning`), over the whole step's rows (gathered from every process)."""
 
 from __future__ import annotations
 
-from grpo.eval.reasoning import reasoning_summary
+from grpo.text.reasoning import reasoning_summary
 from grpo.training.rounds import Generation
 
 

@@ -17,16 +17,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from grpo.config import BatchPlan, Config, config_to_dict
-from grpo.data.dataset import PromptDataset, load_dataset_for
+from grpo.config import BatchPlan, Config, CurriculumConfig, DataConfig, config_to_dict
+from grpo.data.dataset import PromptDataset, load_prompt_dataset
 from grpo.data.difficulty import difficulty_keys
-from grpo.data.sampler import PromptSampler
+from grpo.data.sampler import CurriculumSettings, PromptSampler
 from grpo.eval.evaluate import correctness_reward, held_out_evaluator
 from grpo.log.metrics import MetricsLog
-from grpo.log.progress import step_progress
+from grpo.log.progress import StepProgress, step_progress
 from grpo.models.loading import load_tokenizer
 from grpo.models.shared_prompt import sharing_blocker
-from grpo.rewards.runner import RewardFunction, resolve_reward_functions
+from grpo.rewards.resolve import resolve_reward_functions
+from grpo.rewards.runner import RewardFunction
 from grpo.training.runtime.checkpoint import checkpoints_dir
 from grpo.training.runtime.distributed import Dist
 from grpo.training.runtime.optim import Optimization
@@ -57,17 +58,13 @@ def set_up(
     random.seed(train_cfg.seed)
     torch.manual_seed(train_cfg.seed)
     say = partial(_say, verbose and dist.is_main)
-    checkpoint_dir = resume_point(run_dir, train_cfg.resume)  # None: start from step 0
-    if train_cfg.resume and checkpoint_dir is None:
-        say(f"train.resume: no checkpoint in {checkpoints_dir(run_dir)}; starting from step 0")
+    checkpoint_dir = _checkpoint_to_resume(run_dir, train_cfg.resume, say)
     config_dict = _write_config(config, run_dir, dist.is_main)
-    tokenizer = load_tokenizer(config.model)
+    tokenizer = load_tokenizer(config.model.path, tokenizer_path=config.model.tokenizer_path)
     policy, trained, reference = build_models(config, dist, device, checkpoint_dir)
     if reward_functions is None:  # the Python API may pass functions directly
         reward_functions = resolve_reward_functions(config.rewards)
-    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
-    if dataset.skipped:
-        say(f"grpo: {dataset.describe_skipped()}")
+    dataset = _training_set(config.data, tokenizer, say)
     sampler = _sampler(config, dataset)
     evaluate = _evaluator(config, tokenizer, reward_functions, dist)
     optimization = build_optimization(config, trained)
@@ -92,10 +89,8 @@ def set_up(
     _describe(config, plan, dist, device, dataset, learner, say)
     purge_step = start_step + 1 if checkpoint_dir is not None else 0  # TensorBoard rewinds
     log = _metrics_log(config, run_dir, enabled=dist.is_main, purge_step=purge_step)
-    progress = partial(step_progress, train_cfg, start_step, enabled=verbose and dist.is_main)
-    settings = _settings(config, plan)
     return Run(
-        settings,
+        _settings(config, plan),
         run_dir,
         config_dict,
         tokenizer,
@@ -105,10 +100,26 @@ def set_up(
         learner,
         evaluate,
         log,
-        progress,
+        _progress(config, start_step, shown=verbose and dist.is_main),
         start_step,
         say,
     )
+
+
+def _checkpoint_to_resume(run_dir: Path, resume: bool, say: Callable[[str], None]) -> Path | None:
+    """The checkpoint ``train.resume`` continues from; None starts from step 0."""
+    checkpoint_dir = resume_point(run_dir, resume)
+    if resume and checkpoint_dir is None:
+        say(f"train.resume: no checkpoint in {checkpoints_dir(run_dir)}; starting from step 0")
+    return checkpoint_dir
+
+
+def _training_set(data: DataConfig, tokenizer: Any, say: Callable[[str], None]) -> PromptDataset:
+    """``data.train_path``'s prompts; the rows ``data.skip_bad_rows`` left out are said."""
+    dataset = load_dataset_for(data.train_path, tokenizer, data)
+    if dataset.skipped:
+        say(f"grpo: {dataset.describe_skipped()}")
+    return dataset
 
 
 def _resume(
@@ -165,6 +176,23 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
     )
 
 
+def load_dataset_for(path: str | Path, tokenizer: Any, data: DataConfig) -> PromptDataset:
+    """The prompts at ``path`` (the training set or a held-out one), read, checked and
+    formatted as the ``[data]`` section says."""
+    return load_prompt_dataset(
+        path,
+        tokenizer,
+        prompt_column=data.prompt_column,
+        max_prompt_tokens=data.max_prompt_tokens,
+        truncate_long_prompts=data.truncate_long_prompts,
+        chat_template=data.chat_template,
+        system_prompt=data.system_prompt,
+        skip_bad_rows=data.skip_bad_rows,
+        column_map=data.column_map,
+        answer_format=data.answer_format,
+    )
+
+
 def _sampler(config: Config, dataset: PromptDataset) -> PromptSampler:
     """The prompt sampler, with difficulty keys when the curriculum pools (a missing
     ``curriculum.pool_column`` is a data error naming the file's columns)."""
@@ -173,7 +201,7 @@ def _sampler(config: Config, dataset: PromptDataset) -> PromptSampler:
         len(dataset),
         seed=config.train.seed,
         shuffle=config.data.shuffle,
-        curriculum=curriculum,
+        curriculum=_curriculum_settings(curriculum),
         keys=difficulty_keys(
             dataset, curriculum.pool_by, curriculum.pool_column, curriculum.length_buckets
         ),
@@ -181,21 +209,43 @@ def _sampler(config: Config, dataset: PromptDataset) -> PromptSampler:
     )
 
 
+def _curriculum_settings(curriculum: CurriculumConfig) -> CurriculumSettings:
+    """The ``[curriculum]`` keys the sampler draws by (same names)."""
+    names = [field.name for field in dataclasses.fields(CurriculumSettings)]
+    return CurriculumSettings(**{name: getattr(curriculum, name) for name in names})
+
+
 def _evaluator(
     config: Config, tokenizer: Any, rewards: list[RewardFunction], dist: Dist
 ) -> Callable[[nn.Module], float] | None:
-    """Held-out greedy accuracy on ``eval.path``, or None without one."""
+    """Held-out greedy accuracy on ``eval.path``, formatted as ``[data]`` says, or None
+    without one."""
     if not config.eval.path:
         return None
+    reward = correctness_reward(config.eval.reward, rewards)
+    agent = agent_settings(config.agent, tokenizer) if config.agent.enabled else None
     return held_out_evaluator(
-        config.eval.path,
+        load_dataset_for(config.eval.path, tokenizer, config.data),
         tokenizer,
-        config.data,
-        correctness_reward(config.eval.reward, rewards),
+        reward,
         max_new_tokens=config.eval.max_new_tokens or config.rollout.max_new_tokens,
         all_done=dist.all_done if dist.fsdp else None,
-        agent=agent_settings(config.agent, tokenizer) if config.agent.enabled else None,
+        agent=agent,
         stop_strings=config.rollout.stop_strings if config.agent.enabled else (),
+    )
+
+
+def _progress(config: Config, start_step: int, *, shown: bool) -> Callable[[], StepProgress]:
+    """The console display, opened as the loop starts (whether stdout is a terminal is
+    asked then); ``shown`` is false off rank 0 or when not verbose."""
+    train_cfg = config.train
+    return partial(
+        step_progress,
+        total_steps=train_cfg.steps,
+        start_step=start_step,
+        log_every=train_cfg.log_every,
+        enabled=shown and train_cfg.progress,
+        quiet=train_cfg.quiet,
     )
 
 

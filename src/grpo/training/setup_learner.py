@@ -11,8 +11,8 @@ from torch import nn
 
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
-from grpo.config import AlgorithmConfig, Config
-from grpo.models.loading import load_policy, load_reference
+from grpo.config import AlgorithmConfig, Config, ModelConfig
+from grpo.models.loading import LoraSpec, load_policy, load_reference
 from grpo.models.value import load_value_model
 from grpo.training.runtime.distributed import Dist
 from grpo.training.runtime.optim import Optimization, adamw, build_optimizer
@@ -25,21 +25,40 @@ def build_models(
     config: Config, dist: Dist, device: torch.device, checkpoint_dir: Path | None
 ) -> tuple[nn.Module, nn.Module, Reference]:
     """The policy (from the checkpoint when resuming), its training wrapper, π_ref."""
-    uses_lora = config.model.lora_rank > 0
-    if checkpoint_dir is not None and not uses_lora:
-        policy = load_policy(dataclasses.replace(config.model, path=str(checkpoint_dir)), device)
-    else:
-        adapter_path = str(checkpoint_dir) if checkpoint_dir is not None else None
-        policy = load_policy(config.model, device, adapter_path=adapter_path)
+    model = config.model
+    uses_lora = model.lora_rank > 0
+    resumed = str(checkpoint_dir) if checkpoint_dir is not None else None
+    policy = load_policy(
+        # A full fine-tune resumes from the checkpoint's weights, LoRA from its adapter.
+        resumed if resumed is not None and not uses_lora else model.path,
+        device,
+        dtype=model.dtype,
+        disable_dropout=model.disable_dropout,
+        gradient_checkpointing=model.gradient_checkpointing,
+        lora=lora_spec(model),
+        adapter_path=resumed if uses_lora else None,
+    )
     trained = wrap_for_training(policy, dist)
     reference = Reference()
     if config.algorithm.beta > 0:
         if uses_lora:  # the base weights are the reference: no second copy in memory
             reference = Reference(context=policy.disable_adapter)
         else:
-            frozen = load_reference(config.model, device)
+            frozen = load_reference(model.path, device, dtype=model.dtype)
             reference = Reference(model=shard_fsdp(frozen, dist) if dist.fsdp else frozen)
     return policy, trained, reference
+
+
+def lora_spec(model: ModelConfig) -> LoraSpec | None:
+    """The ``model.lora_*`` keys, or None for full fine-tuning (``lora_rank`` = 0)."""
+    if model.lora_rank <= 0:
+        return None
+    return LoraSpec(
+        rank=model.lora_rank,
+        alpha=model.lora_alpha,
+        dropout=model.lora_dropout,
+        target_modules=tuple(model.lora_target_modules),
+    )
 
 
 def build_optimization(config: Config, trained: nn.Module) -> Optimization:
@@ -91,7 +110,14 @@ def correction_settings(algorithm: AlgorithmConfig, engine: str) -> CorrectionSe
 
 def build_critic(config: Config, device: torch.device) -> Critic:
     """PPO's value model and its own AdamW at ``ppo.critic_lr`` (constant)."""
-    model = load_value_model(config.model, device)
+    model = load_value_model(
+        config.model.path,
+        device,
+        dtype=config.model.dtype,
+        disable_dropout=config.model.disable_dropout,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        lora=lora_spec(config.model),
+    )
     optimizer = adamw(
         [p for p in model.parameters() if p.requires_grad],
         lr=config.ppo.critic_lr,

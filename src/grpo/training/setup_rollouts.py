@@ -16,10 +16,11 @@ from grpo.agents.rollout import AgentSettings
 from grpo.agents.tools import resolve_tools, tool_schema
 from grpo.config import Config
 from grpo.data.dataset import PromptDataset
-from grpo.eval.reasoning import phrase_pattern
-from grpo.rewards.runner import RewardFunction, accuracy_reward
+from grpo.rewards.resolve import accuracy_reward
+from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import SamplingParams, decode_completions
 from grpo.rollout.turns import TurnEngine
+from grpo.text.reasoning import phrase_pattern
 from grpo.training.engines import rollout_engine
 from grpo.training.producers import MultiTurn, Producer, SingleTurn
 from grpo.training.runtime.distributed import Dist

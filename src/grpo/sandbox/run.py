@@ -1,10 +1,10 @@
 """Running untrusted programs (model-written code, proofs) without harm to the machine or
 the trainer.
 
-:func:`run_program` starts ``python -I -S _sandbox_child.py`` in a new session; that launcher
-isolates itself and ``exec``s the given command (see ``_sandbox_child.py`` for the layers:
-namespaces, a uid of its own, seccomp, rlimits); :func:`run_python` runs ``python -I -B
-<file>`` that way, the proof checker ``coqc``. This side supplies what must not depend on
+:func:`run_program` starts ``python -I -S launcher.py`` in a new session; that launcher
+isolates itself and ``exec``s the given command (see :mod:`grpo.sandbox.launcher` for the
+layers: namespaces, a uid of its own, seccomp, rlimits); :func:`run_python` runs ``python
+-I -B <file>`` that way, the proof checker ``coqc``. This side supplies what must not depend on
 the program's cooperation:
 
 * a **wall-clock timeout**: SIGKILL to the program's PID namespace (or process group), then,
@@ -13,9 +13,7 @@ the program's cooperation:
   past the cap the run is killed (so 100 MB of output costs a few milliseconds);
 * an **empty temporary directory** holding only the given files, deleted afterwards;
 * an **environment scrubbed of secrets**: the launcher and the program see only ``_ENV``;
-* as root, a **uid of its own** for every concurrent run (from a per-process range), so
-  RLIMIT_NPROC counts only that run's processes and a fork bomb in one run cannot starve
-  the runs next to it.
+* as root, a **uid of its own** for every concurrent run (:mod:`grpo.sandbox.uids`).
 
 Which isolation the machine allowed is in :attr:`SandboxResult.isolation` and from
 :func:`sandbox_isolation`. Runs are independent, so callers run many at once from threads;
@@ -26,27 +24,22 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from grpo.rewards._sandbox_watch import (
-    collect_output,
-    feed_in_background,
-    kill_run,
-    parse_control,
-)
+from grpo.sandbox.limits import Isolation, SandboxLimits
+from grpo.sandbox.uids import UIDS
+from grpo.sandbox.watch import collect_output, feed_in_background, kill_run, parse_control
 
-_LAUNCHER = Path(__file__).with_name("_sandbox_child.py")
+_LAUNCHER = Path(__file__).with_name("launcher.py")
 
 # Everything the program's environment holds: nothing inherited from the trainer. PYTHON*
 # variables are ignored under -I; they are here for a program that starts another Python.
@@ -62,33 +55,6 @@ _ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
-
-Isolation = Literal["auto", "seccomp", "none"]
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Per-run limits. ``cpu_s`` 0 means ``ceil(timeout_s) + 1``."""
-
-    timeout_s: float = 10.0  # wall clock, from start to the last process gone
-    cpu_s: float = 0.0  # CPU seconds per process (RLIMIT_CPU)
-    memory_mb: int = 1024  # address space per process (RLIMIT_AS)
-    max_processes: int = 32  # processes and threads (RLIMIT_NPROC)
-    file_size_mb: int = 16  # largest file it may write (RLIMIT_FSIZE)
-    disk_mb: int = 64  # size of its private /tmp, where it runs (mount namespace only)
-    output_bytes: int = 1 << 20  # cap on each of stdout, stderr and the control pipe
-    open_files: int = 256
-
-    def for_launcher(self) -> dict[str, int]:
-        cpu = self.cpu_s or math.ceil(self.timeout_s) + 1
-        return {
-            "cpu_s": max(1, math.ceil(cpu)),
-            "memory_bytes": self.memory_mb << 20,
-            "max_processes": self.max_processes,
-            "file_size_bytes": self.file_size_mb << 20,
-            "disk_bytes": self.disk_mb << 20,
-            "open_files": self.open_files,
-        }
 
 
 @dataclass
@@ -106,43 +72,6 @@ class SandboxResult:
     def ok(self) -> bool:
         """Exited by itself with status 0, in time, within the output cap."""
         return self.returncode == 0 and not self.timed_out and not self.output_capped
-
-
-# --- uids ------------------------------------------------------------------------------
-
-
-class _UidPool:
-    """Distinct unprivileged uids for concurrent runs (root only), from a range chosen by
-    process id so that two trainers on one machine are unlikely to share one."""
-
-    SIZE = 1024
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._free: list[int] = []
-        self._pid = -1
-
-    @classmethod
-    def range_for(cls, pid: int) -> range:
-        base = 1_600_000_000 + (pid % 400_000) * cls.SIZE
-        return range(base, base + cls.SIZE)
-
-    def acquire(self) -> int:
-        with self._lock:
-            if self._pid != os.getpid():  # a fresh range after fork
-                self._pid = os.getpid()
-                self._free = list(reversed(self.range_for(self._pid)))
-            if not self._free:
-                raise RuntimeError(f"more than {self.SIZE} concurrent sandbox runs")
-            return self._free.pop()
-
-    def release(self, uid: int) -> None:
-        with self._lock:
-            if uid not in self._free:
-                self._free.append(uid)
-
-
-_UIDS = _UidPool()
 
 
 # --- paths hidden from, and re-exposed to, the program ----------------------------------
@@ -215,7 +144,7 @@ def run_program(
     program = os.path.abspath(program)
     limits = limits or SandboxLimits()
     host_dir = _make_host_dir(files)
-    uid = _UIDS.acquire() if os.geteuid() == 0 else None
+    uid = UIDS.acquire() if os.geteuid() == 0 else None
     control_r, control_w = os.pipe()
     stdin_r, stdin_w = os.pipe()
     secret_r, secret_w = os.pipe() if secret is not None else (-1, -1)
@@ -262,7 +191,7 @@ def _make_host_dir(files: Mapping[str, str | bytes]) -> str:
 
 
 def _start_launcher(spec: dict, stdin_r: int) -> subprocess.Popen:
-    """Start ``_sandbox_child.py`` on ``spec``, handing it the pipe ends the spec names."""
+    """Start ``launcher.py`` on ``spec``, handing it the pipe ends the spec names."""
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)],
         stdin=stdin_r,
@@ -334,7 +263,7 @@ def _cleanup(host_dir: str, uid: int | None) -> None:
 
     shutil.rmtree(host_dir, onerror=make_writable)
     if uid is not None:
-        _UIDS.release(uid)
+        UIDS.release(uid)
 
 
 @functools.cache

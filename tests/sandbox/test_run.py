@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.rewards import run_program, sandbox_isolation
-from grpo.rewards.sandbox import SandboxError, SandboxLimits
+from grpo.sandbox import SandboxError, SandboxLimits, run_program, sandbox_isolation
 
 if sys.platform != "linux":
     pytest.skip("the sandbox is Linux-only", allow_module_level=True)

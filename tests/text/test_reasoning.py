@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grpo.config.sections import DEFAULT_SELF_CORRECTION_PHRASES
-from grpo.eval.reasoning import (
+from grpo.text.reasoning import (
     difficulty_bucket,
     phrase_pattern,
     reasoning_summary,

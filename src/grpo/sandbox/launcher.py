@@ -1,9 +1,9 @@
 """Sandbox launcher: isolates itself, forks, drops privileges, ``exec``s the program
 (``spec["program"]`` with ``spec["argv"]``: Python for code, ``coqc`` for proofs...).
 
-Run by :mod:`grpo.rewards.sandbox` as ``python -I -S _sandbox_child.py SPEC_JSON`` in a new
-session, never imported. Standard library only (plus the seccomp filter and the rlimits, in
-the sibling files ``_sandbox_seccomp.py`` and ``_sandbox_limits.py``, loaded by path), and
+Run by :mod:`grpo.sandbox.run` as ``python -I -S launcher.py SPEC_JSON`` in a new session,
+never imported. Standard library only (plus the seccomp filter, the rlimits and the mounts,
+in the sibling files ``seccomp.py``, ``rlimits.py`` and ``mounts.py``, loaded by path), and
 it does its set-up *here*, after the ``fork``/``exec`` done by :class:`subprocess.Popen`,
 rather than in a ``preexec_fn``: the trainer is multi-threaded, and ``preexec_fn`` is not
 safe in a multi-threaded parent.
@@ -55,7 +55,8 @@ import types
 
 def _load_sibling(name: str) -> types.ModuleType:
     """A module from this file's directory, by path: under ``python -I`` the directory is not
-    on ``sys.path``, and must not be (its ``math.py`` would shadow the standard library's).
+    on ``sys.path``, and must not be (its modules would shadow any top-level ones of the same
+    name).
     Loaded at start-up, before the mount namespace can hide the directory."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     module_spec = importlib.util.spec_from_file_location(name, path)
@@ -66,8 +67,9 @@ def _load_sibling(name: str) -> types.ModuleType:
     return module
 
 
-_seccomp = _load_sibling("_sandbox_seccomp")
-_limits = _load_sibling("_sandbox_limits")
+_seccomp = _load_sibling("seccomp")
+_rlimits = _load_sibling("rlimits")
+_mounts = _load_sibling("mounts")
 
 
 CLONE_NEWNS = 0x00020000
@@ -77,26 +79,12 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
-MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
-_MOUNT_FLAGS = {
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-    "noatime": MS_NOATIME,
-    "nodiratime": MS_NODIRATIME,
-    "relatime": MS_RELATIME,
-}
-
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER = 1, 38, 22, 36
 SECCOMP_MODE_FILTER = 2
 
 CONTROL_FD, SECRET_FD = 3, 4  # where the program finds the control and secret pipes
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def _check(result: int, what: str) -> None:
@@ -105,17 +93,7 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
-    encode = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(
-        _libc.mount(
-            encode(source), encode(target), encode(fstype), flags, encode(data) if data else None
-        ),
-        f"mount {target}",
-    )
-
-
-# --- namespaces and mounts -------------------------------------------------------------
+# --- namespaces ------------------------------------------------------------------------
 
 
 def _unshare(flags: int) -> bool:
@@ -128,70 +106,11 @@ def _write(path: str, text: str) -> None:
         handle.write(text)
 
 
-def _mountinfo() -> list[tuple[str, int]]:
-    """(mount point, flags to keep) of every mount, in mount order."""
-    mounts = []
-    with open("/proc/self/mountinfo") as handle:
-        for line in handle:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # "\040" for a space, etc.
-            flags = 0
-            for option in fields[5].split(","):
-                flags |= _MOUNT_FLAGS.get(option, 0)
-            mounts.append((point, flags))
-    return mounts
-
-
-def _inside(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
-
-
-def _setup_mounts(spec: dict, uid: int | None, new_proc: bool) -> str:
-    """Read-only view of the host, private writable tmpfs dirs; returns the working dir."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # first: nothing below may reach the host
-    # Handles on the paths to re-expose, taken before anything hides them; a bind mount
-    # from /proc/self/fd/N still works once the original path is covered.
-    exposed = []
-    for path in spec["expose"]:
-        with contextlib.suppress(OSError):
-            exposed.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
-    for point, flags in _mountinfo():
-        # A bind remount changes only this mount's flags, not the filesystem's; one can
-        # fail (a mount point shadowed by a later mount) without weakening the rest.
-        with contextlib.suppress(OSError):
-            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-    limits = spec["limits"]
-    writable = [d for d in ("/tmp", "/var/tmp", "/dev/shm", "/run") if os.path.isdir(d)]
-    for directory in writable:
-        size = limits["disk_bytes"] if directory == "/tmp" else 1 << 20
-        _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
-    hidden = [d for d in spec["hide"] if os.path.isdir(d) and d not in writable]
-    # One inside another is hidden with it (and could not be mounted on once it is).
-    hidden = [d for d in hidden if not any(d != h and _inside(d, h) for h in hidden)]
-    for directory in hidden:
-        _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for path, fd in exposed:
-        if any(_inside(path, d) for d in hidden + writable):
-            os.makedirs(path, exist_ok=True)
-            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        os.close(fd)
-    for directory in hidden:  # the empty stand-ins, now holding only mount points
-        _mount(None, directory, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m")
-    if new_proc:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    workdir = "/tmp/sandbox"
-    os.mkdir(workdir, 0o700)
-    if uid is not None:
-        os.chown(workdir, uid, uid)
-    return workdir
-
-
 # --- seccomp ---------------------------------------------------------------------------
 
 
 def _install_seccomp(own_pid: int) -> None:
-    """Install the filter of ``_sandbox_seccomp``: refuse (EPERM) signals to anything but
+    """Install the filter of ``seccomp.py``: refuse (EPERM) signals to anything but
     this process, ptrace, new sessions or groups, io_uring and sockets other than AF_UNIX;
     an unknown ABI on this arch is killed."""
     packed, length = _seccomp.seccomp_filter(own_pid)
@@ -306,7 +225,7 @@ def _isolate_and_exec(spec: dict, control: int, features: list[str]) -> list[str
     if is_root and (namespaces & CLONE_NEWNS or _readable_by_anyone(spec)):
         uid = spec["uid"]
     workdir = _prepare_workdir(spec, files, uid, namespaces, features)
-    _limits.set_limits(spec["limits"], shared_uid=uid is None and not is_root and not namespaces)
+    _rlimits.set_limits(spec["limits"], shared_uid=uid is None and not is_root and not namespaces)
     features.append("rlimits")
     if uid is not None:
         _become(uid)
@@ -358,7 +277,7 @@ def _prepare_workdir(
             for name in [".", *files]:
                 os.chown(os.path.join(spec["host_dir"], name), uid, uid)
         return spec["host_dir"]
-    workdir = _setup_mounts(spec, uid, new_proc=bool(namespaces & CLONE_NEWPID))
+    workdir = _mounts.setup_mounts(spec, uid, new_proc=bool(namespaces & CLONE_NEWPID))
     features.append("mountns")
     for name, data in files.items():
         path = os.path.join(workdir, name)

@@ -1,6 +1,6 @@
 """The sandbox launcher's resource limits (rlimits), set just before the program starts.
 
-Loaded by ``_sandbox_child.py`` from its own directory, not imported through the package:
+Loaded by ``launcher.py`` from its own directory, not imported through the package:
 the launcher runs under ``python -I -S``, which puts neither this directory nor the
 package on ``sys.path``. Standard library only, and no imports from :mod:`grpo`.
 """
