@@ -173,3 +173,18 @@ def test_a_stage_imports_no_other_stage() -> None:
     ]
     assert not wrong, "\n".join(wrong) + "\n(stages share only state, rounds and producers)"
     assert {"generate", "learn", "saving"} <= set(stages) and "loop" in stages
+
+
+def test_the_readme_shows_every_package_in_layer_order() -> None:
+    readme = (SRC.parents[1] / "README.md").read_text()
+    block = readme.split("## Layout\n\n```\n", 1)[1].split("```", 1)[0]
+    shown = [line.split()[0].rstrip("/") for line in block.splitlines() if line.startswith("  ")]
+    # Rooms are indented under their package: training/runtime → "runtime" after "training".
+    expected = []
+    for layer in LAYERS:
+        package, _, room = layer.partition(".")
+        if room:
+            continue
+        expected.append(package)
+        expected.extend(ROOMS.get(package, ()))
+    assert shown == expected, "README's Layout: one line per package, in LAYERS order"

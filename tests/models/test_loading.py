@@ -8,18 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo.models.loading import ModelError, load_policy, load_tokenizer
+from grpo.models.loading import ModelError, TrainableSpec, load_policy, load_tokenizer
 
 
 def _policy(path: Path) -> torch.nn.Module:
-    return load_policy(
-        str(path),
-        torch.device("cpu"),
-        dtype="float32",
-        disable_dropout=True,
-        gradient_checkpointing=False,
-        lora=None,
-    )
+    spec = TrainableSpec("float32", disable_dropout=True, gradient_checkpointing=False, lora=None)
+    return load_policy(str(path), torch.device("cpu"), spec)
 
 
 def _one_line(error: pytest.ExceptionInfo) -> str:

@@ -90,17 +90,12 @@ def test_lora_critic_trains_adapters_and_head_only(
     tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:
     pytest.importorskip("peft")
-    from grpo.models.loading import LoraSpec
+    from grpo.models.loading import LoraSpec, TrainableSpec
     from grpo.models.value import completion_values, load_value_model
 
-    model = load_value_model(
-        str(tiny_model_dir),
-        torch.device("cpu"),
-        dtype="float32",
-        disable_dropout=True,
-        gradient_checkpointing=False,
-        lora=LoraSpec(rank=4, alpha=16.0, dropout=0.0, target_modules=("all-linear",)),
-    )
+    lora = LoraSpec(rank=4, alpha=16.0, dropout=0.0, target_modules=("all-linear",))
+    spec = TrainableSpec("float32", disable_dropout=True, gradient_checkpointing=False, lora=lora)
+    model = load_value_model(str(tiny_model_dir), torch.device("cpu"), spec)
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name or name.startswith("head.") for name in trainable)
     assert any(name.startswith("head.") for name in trainable)

@@ -64,7 +64,12 @@ def greedy_accuracy(
     stop_strings: Sequence[str] = (),
 ) -> float:
     """Mean over prompts of [reward(greedy completion) ≥ 1]; with ``agent``, of greedy
-    multi-turn trajectories (``max_new_tokens`` per turn, turns ended by ``stop_strings``)."""
+    multi-turn trajectories (``max_new_tokens`` per turn, turns ended by ``stop_strings``).
+
+    The held-out evaluation during training: under several processes each evaluates the
+    whole set (same prompts, same result), so none waits for another; under FSDP
+    ``all_done`` keeps them decoding in lockstep, since every forward pass gathers
+    parameters from all of them."""
     if agent is not None:
         engine = _engine(model, tokenizer, 256)
         greedy = SamplingParams(
@@ -90,39 +95,6 @@ def correctness_reward(eval_reward: str, rewards: list[RewardFunction]) -> Rewar
             " (or eval.reward = 'module:function')"
         )
     return reward
-
-
-def held_out_evaluator(
-    dataset: PromptDataset,
-    tokenizer: Any,
-    reward: RewardFunction,
-    *,
-    max_new_tokens: int,
-    all_done: Callable[[bool], bool] | None = None,
-    agent: AgentSettings | None = None,
-    stop_strings: Sequence[str] = (),
-) -> Callable[[nn.Module], float]:
-    """A function policy → greedy accuracy on the held-out ``dataset``; multi-turn
-    trajectories with ``agent``.
-
-    Under several processes each evaluates the whole set (same prompts, same result), so
-    none waits for another; under FSDP ``all_done`` keeps them decoding in lockstep, since
-    every forward pass gathers parameters from all of them.
-    """
-
-    def evaluate(policy: nn.Module) -> float:
-        return greedy_accuracy(
-            policy,
-            tokenizer,
-            dataset,
-            reward,
-            max_new_tokens=max_new_tokens,
-            all_done=all_done,
-            agent=agent,
-            stop_strings=stop_strings,
-        )
-
-    return evaluate
 
 
 # --- pass@k ----------------------------------------------------------------------------

@@ -110,23 +110,27 @@ def lora_config(lora: LoraSpec, task_type: str | None = None) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class TrainableSpec:
+    """How a model that trains (the policy, PPO's value model) is loaded."""
+
+    dtype: str  # a key of DTYPES
+    disable_dropout: bool  # dropout off: the ratio is exactly 1 on-policy
+    gradient_checkpointing: bool
+    lora: LoraSpec | None  # None: every weight trains
+
+
 def load_policy(
-    path: str,
-    device: torch.device,
-    *,
-    dtype: str,
-    disable_dropout: bool,
-    gradient_checkpointing: bool,
-    lora: LoraSpec | None,
-    adapter_path: str | None = None,
+    path: str, device: torch.device, spec: TrainableSpec, adapter_path: str | None = None
 ) -> nn.Module:
-    """The trainable policy at ``path``; a LoRA-wrapped one with ``lora``.
+    """The trainable policy at ``path``; a LoRA-wrapped one with ``spec.lora``.
 
     ``adapter_path`` resumes a LoRA adapter; for full fine-tuning, resume by pointing
     ``path`` at the checkpoint folder instead.
     """
-    model = _load_causal_lm(path, dtype, device)
-    if disable_dropout:
+    model = _load_causal_lm(path, spec.dtype, device)
+    lora, gradient_checkpointing = spec.lora, spec.gradient_checkpointing
+    if spec.disable_dropout:
         turn_off_dropout(model)
     if lora is not None:
         try:

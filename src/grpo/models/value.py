@@ -7,7 +7,7 @@ from torch import nn
 
 from grpo.models.loading import (
     DTYPES,
-    LoraSpec,
+    TrainableSpec,
     lora_config,
     require_local_directory,
     turn_off_dropout,
@@ -37,33 +37,25 @@ class ValueModel(nn.Module):
         return self.head(hidden_BLH.to(self.head.weight.dtype)).squeeze(-1)
 
 
-def load_value_model(
-    path: str,
-    device: torch.device,
-    *,
-    dtype: str,
-    disable_dropout: bool,
-    gradient_checkpointing: bool,
-    lora: LoraSpec | None,
-) -> ValueModel:
-    """The body of the model at ``path`` (LoRA-adapted with ``lora``) and a
+def load_value_model(path: str, device: torch.device, spec: TrainableSpec) -> ValueModel:
+    """The body of the model at ``path`` (LoRA-adapted with ``spec.lora``) and a
     zero-initialised head: V starts at 0."""
     from transformers import AutoModel
 
     require_local_directory(path, "model.path")
-    body = AutoModel.from_pretrained(path, dtype=DTYPES[dtype])
-    if disable_dropout:
+    body = AutoModel.from_pretrained(path, dtype=DTYPES[spec.dtype])
+    if spec.disable_dropout:
         turn_off_dropout(body)
-    if gradient_checkpointing:
+    if spec.gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if lora is not None:
+    if spec.lora is not None:
         from peft import get_peft_model
 
-        body = get_peft_model(body, lora_config(lora))
-        if gradient_checkpointing:
+        body = get_peft_model(body, lora_config(spec.lora))
+        if spec.gradient_checkpointing:
             body.enable_input_require_grads()
     hidden_size = body.config.get_text_config().hidden_size
-    model = ValueModel(body, hidden_size).to(device=device, dtype=DTYPES[dtype])
+    model = ValueModel(body, hidden_size).to(device=device, dtype=DTYPES[spec.dtype])
     model.train()
     return model
 

@@ -61,19 +61,17 @@ count as failed, so a completion costs at most one timeout.
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from grpo.rewards.code_checks import TestPlan, defined_names, plan_test
 from grpo.rewards.code_verdict import verdict
+from grpo.rewards.sandboxed import parse_rows, score_sandboxed
 from grpo.sandbox import Isolation, SandboxLimits, run_python
+from grpo.text.fences import last_fenced_block
 
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"python", "py", "python3"}
 
 # Runs in the sandbox next to the solution: executes it, then reports each test's probes.
@@ -88,12 +86,7 @@ class TestSuite:
 
 def extract_code(completion: str) -> str | None:
     """The last ```python fenced block (``py``/``python3`` too), else the last untagged one."""
-    blocks = _FENCE.findall(completion)
-    tagged = [code for tag, code in blocks if tag.lower() in _PYTHON_TAGS]
-    if tagged:
-        return tagged[-1]
-    untagged = [code for tag, code in blocks if not tag]
-    return untagged[-1] if untagged else None
+    return last_fenced_block(completion, _PYTHON_TAGS)
 
 
 def parse_tests(value: Any) -> TestSuite:
@@ -225,12 +218,7 @@ def code_reward(
         raise ValueError(f"code_reward needs a {tests_column!r} column; got {sorted(columns)}")
     if mode not in ("fraction", "binary"):
         raise ValueError(f"mode must be 'fraction' or 'binary', not {mode!r}")
-    suites = []
-    for row, value in enumerate(columns[tests_column]):
-        try:
-            suites.append(parse_tests(value))
-        except ValueError as error:
-            raise ValueError(f"row {row}: {error}") from None
+    suites = parse_rows(columns[tests_column], parse_tests, tests_column)
     limits = SandboxLimits(
         timeout_s=timeout_s,
         memory_mb=memory_mb,
@@ -238,18 +226,11 @@ def code_reward(
         output_bytes=output_bytes,
     )
 
-    def score(index: int) -> float:
-        code = extract_code(completions[index])
-        if code is None:
-            return 0.0
-        passed, total = run_tests(code, suites[index], limits, isolation=isolation, require=require)
-        if mode == "binary":
-            return float(passed == total)
-        return passed / total
+    def check(row: int, code: str) -> float:
+        passed, total = run_tests(code, suites[row], limits, isolation=isolation, require=require)
+        return float(passed == total) if mode == "binary" else passed / total
 
-    # Threads suffice: each one waits on a child process, where the work happens.
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        return list(pool.map(score, range(len(completions))))
+    return score_sandboxed(completions, extract_code, check, workers)
 
 
 code_reward.is_accuracy = True  # type: ignore[attr-defined]  # 1.0 = every test passed

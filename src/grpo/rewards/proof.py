@@ -49,13 +49,13 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
+from grpo.rewards.sandboxed import parse_rows, score_sandboxed
 from grpo.sandbox import Isolation, SandboxLimits, run_program
+from grpo.text.fences import last_fenced_block
 
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _COQ_TAGS = {"coq", "rocq", "v"}
 _KEYWORD = r"\s*(?:Theorem|Lemma|Fact|Remark|Corollary|Proposition|Example)\s+"
 _THEOREM = re.compile(_KEYWORD + r"([A-Za-z_][\w']*)")
@@ -111,12 +111,7 @@ def _hidden_from_proofs() -> list[str]:
 
 def extract_proof(completion: str) -> str | None:
     """The last ```coq fenced block (``rocq``/``v`` too), else the last untagged one."""
-    blocks = _FENCE.findall(completion)
-    tagged = [code for tag, code in blocks if tag.lower() in _COQ_TAGS]
-    if tagged:
-        return tagged[-1]
-    untagged = [code for tag, code in blocks if not tag]
-    return untagged[-1] if untagged else None
+    return last_fenced_block(completion, _COQ_TAGS)
 
 
 def theorem_name(statement: str) -> str:
@@ -213,11 +208,7 @@ def proof_checker(
         raise ValueError(f"proof_checker needs a {theorem_column!r} column; got {sorted(columns)}")
     statements = [str(value) for value in columns[theorem_column]]
     preambles = [str(value or "") for value in columns.get(preamble_column, [""] * len(prompts))]
-    for row, statement in enumerate(statements):
-        try:
-            theorem_name(statement)
-        except ValueError as error:
-            raise ValueError(f"row {row}: {theorem_column}: {error}") from None
+    parse_rows(statements, theorem_name, theorem_column)  # each states one theorem
     limits = SandboxLimits(
         timeout_s=timeout_s,
         memory_mb=memory_mb,
@@ -225,23 +216,13 @@ def proof_checker(
         output_bytes=output_bytes,
     )
 
-    def score(index: int) -> float:
-        proof = extract_proof(completions[index])
-        if proof is None:
-            return 0.0
+    def check(row: int, proof: str) -> float:
         accepted = check_proof(
-            preambles[index],
-            statements[index],
-            proof,
-            limits,
-            isolation=isolation,
-            require=require,
+            preambles[row], statements[row], proof, limits, isolation=isolation, require=require
         )
         return float(accepted)
 
-    # Threads suffice: each one waits on a child process, where the work happens.
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        return list(pool.map(score, range(len(completions))))
+    return score_sandboxed(completions, extract_proof, check, workers)
 
 
 proof_checker.is_accuracy = True  # type: ignore[attr-defined]  # 1.0 = the proof is accepted

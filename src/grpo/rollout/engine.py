@@ -15,7 +15,7 @@ processes or generation chunks, so 1 process and N processes roll out the same t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -57,6 +57,12 @@ class Rollout:
     @property
     def truncated_B(self) -> torch.Tensor:
         return ~self.stopped_B
+
+    def to(self, device: torch.device | str) -> Rollout:
+        """The same rows with every tensor on ``device`` (a rollout assembled on the host,
+        moved to where the trainer's tensors live)."""
+        tensors = {field.name: getattr(self, field.name) for field in fields(self)}
+        return Rollout(**{k: None if v is None else v.to(device) for k, v in tensors.items()})
 
 
 @dataclass(frozen=True)

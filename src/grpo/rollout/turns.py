@@ -117,11 +117,11 @@ def assemble_trajectories(
             real_BT[row, :length] = 1
             logp_BT[row, :length] = torch.tensor(trajectory.logprobs, dtype=torch.float32)
     return Rollout(
-        prompt_ids_BP=prompt_ids_BP.to(device),
-        prompt_mask_BP=prompt_mask_BP.to(device),
-        completion_ids_BT=ids_BT.to(device),
-        completion_mask_BT=model_BT.to(device),
-        sampler_logp_BT=logp_BT.to(device),
-        stopped_B=torch.tensor([t.stopped for t in trajectories], dtype=torch.bool, device=device),
-        attention_mask_BT=real_BT.to(device),
-    )
+        prompt_ids_BP=prompt_ids_BP,
+        prompt_mask_BP=prompt_mask_BP,
+        completion_ids_BT=ids_BT,
+        completion_mask_BT=model_BT,
+        sampler_logp_BT=logp_BT,
+        stopped_B=torch.tensor([t.stopped for t in trajectories], dtype=torch.bool),
+        attention_mask_BT=real_BT,
+    ).to(device)

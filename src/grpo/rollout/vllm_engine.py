@@ -83,15 +83,14 @@ def assemble_rollout(
             completion_ids_BT[row, :length] = torch.tensor(completion.token_ids)
             completion_mask_BT[row, :length] = 1
             sampler_logp_BT[row, :length] = torch.tensor(completion.logprobs)
-    stopped_B = torch.tensor([c.stopped for c in completions_B], dtype=torch.bool)
     return Rollout(
-        prompt_ids_BP=prompt_ids_BP.to(device),
-        prompt_mask_BP=prompt_mask_BP.to(device),
-        completion_ids_BT=completion_ids_BT.to(device),
-        completion_mask_BT=completion_mask_BT.to(device),
-        sampler_logp_BT=sampler_logp_BT.to(device),
-        stopped_B=stopped_B.to(device),
-    )
+        prompt_ids_BP=prompt_ids_BP,
+        prompt_mask_BP=prompt_mask_BP,
+        completion_ids_BT=completion_ids_BT,
+        completion_mask_BT=completion_mask_BT,
+        sampler_logp_BT=sampler_logp_BT,
+        stopped_B=torch.tensor([c.stopped for c in completions_B], dtype=torch.bool),
+    ).to(device)
 
 
 def hf_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

@@ -21,7 +21,7 @@ from grpo.config import BatchPlan, Config, CurriculumConfig, DataConfig, config_
 from grpo.data.dataset import PromptDataset, load_prompt_dataset
 from grpo.data.difficulty import difficulty_keys
 from grpo.data.sampler import CurriculumSettings, PromptSampler
-from grpo.eval.evaluate import correctness_reward, held_out_evaluator
+from grpo.eval.evaluate import correctness_reward, greedy_accuracy
 from grpo.log.metrics import MetricsLog
 from grpo.log.progress import StepProgress, step_progress
 from grpo.models.loading import load_tokenizer
@@ -224,10 +224,11 @@ def _evaluator(
         return None
     reward = correctness_reward(config.eval.reward, rewards)
     agent = agent_settings(config.agent, tokenizer) if config.agent.enabled else None
-    return held_out_evaluator(
-        load_dataset_for(config.eval.path, tokenizer, config.data),
-        tokenizer,
-        reward,
+    return partial(
+        greedy_accuracy,
+        tokenizer=tokenizer,
+        dataset=load_dataset_for(config.eval.path, tokenizer, config.data),
+        reward=reward,
         max_new_tokens=config.eval.max_new_tokens or config.rollout.max_new_tokens,
         all_done=dist.all_done if dist.fsdp else None,
         agent=agent,

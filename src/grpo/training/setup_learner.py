@@ -12,7 +12,7 @@ from torch import nn
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
 from grpo.config import AlgorithmConfig, Config, ModelConfig
-from grpo.models.loading import LoraSpec, load_policy, load_reference
+from grpo.models.loading import LoraSpec, TrainableSpec, load_policy, load_reference
 from grpo.models.value import load_value_model
 from grpo.training.runtime.distributed import Dist
 from grpo.training.runtime.optim import Optimization, adamw, build_optimizer
@@ -32,10 +32,7 @@ def build_models(
         # A full fine-tune resumes from the checkpoint's weights, LoRA from its adapter.
         resumed if resumed is not None and not uses_lora else model.path,
         device,
-        dtype=model.dtype,
-        disable_dropout=model.disable_dropout,
-        gradient_checkpointing=model.gradient_checkpointing,
-        lora=lora_spec(model),
+        trainable_spec(model),
         adapter_path=resumed if uses_lora else None,
     )
     trained = wrap_for_training(policy, dist)
@@ -47,6 +44,16 @@ def build_models(
             frozen = load_reference(model.path, device, dtype=model.dtype)
             reference = Reference(model=shard_fsdp(frozen, dist) if dist.fsdp else frozen)
     return policy, trained, reference
+
+
+def trainable_spec(model: ModelConfig) -> TrainableSpec:
+    """The ``[model]`` keys that say how the trained model loads."""
+    return TrainableSpec(
+        dtype=model.dtype,
+        disable_dropout=model.disable_dropout,
+        gradient_checkpointing=model.gradient_checkpointing,
+        lora=lora_spec(model),
+    )
 
 
 def lora_spec(model: ModelConfig) -> LoraSpec | None:
@@ -110,14 +117,7 @@ def correction_settings(algorithm: AlgorithmConfig, engine: str) -> CorrectionSe
 
 def build_critic(config: Config, device: torch.device) -> Critic:
     """PPO's value model and its own AdamW at ``ppo.critic_lr`` (constant)."""
-    model = load_value_model(
-        config.model.path,
-        device,
-        dtype=config.model.dtype,
-        disable_dropout=config.model.disable_dropout,
-        gradient_checkpointing=config.model.gradient_checkpointing,
-        lora=lora_spec(config.model),
-    )
+    model = load_value_model(config.model.path, device, trainable_spec(config.model))
     optimizer = adamw(
         [p for p in model.parameters() if p.requires_grad],
         lr=config.ppo.critic_lr,
