@@ -71,7 +71,13 @@ def train(
     """
     plan = batch_plan(config, world_from_env()[1])  # ConfigErrors for what cannot split
     check_engine_available(config.rollout.engine)  # before anything is loaded
-    dist, device = init_distributed(config.distributed, config.model.device)
+    distributed = config.distributed
+    dist, device = init_distributed(
+        config.model.device,
+        strategy=distributed.strategy,
+        backend=distributed.backend,
+        timeout_s=distributed.timeout_s,
+    )
     try:
         with GracefulStop(announce=verbose and dist.is_main) as stop:
             run = set_up(config, plan, dist, device, reward_functions, verbose)

@@ -14,7 +14,7 @@ from grpo.agents.environment import resolve_environment
 from grpo.agents.parser import get_parser
 from grpo.agents.rollout import AgentSettings
 from grpo.agents.tools import resolve_tools, tool_schema
-from grpo.config import Config
+from grpo.config import AgentConfig, Config
 from grpo.data.dataset import PromptDataset
 from grpo.rewards.resolve import accuracy_reward
 from grpo.rewards.runner import RewardFunction
@@ -70,17 +70,17 @@ def build_rollouts(
     )
 
 
-def agent_settings(config: Any, tokenizer: Any) -> AgentSettings:
+def agent_settings(agent: AgentConfig, tokenizer: Any) -> AgentSettings:
     """The ``[agent]`` section resolved: tools imported and checked, the environment class."""
-    tools = resolve_tools(config.tools)
+    tools = resolve_tools(agent.tools)
     return AgentSettings(
         chat=ChatFormat(tokenizer, [tool_schema(fn) for fn in tools.values()]),
         tools=tools,
-        parser=get_parser(config.parser),
-        environment=resolve_environment(config.environment) if config.environment else None,
-        max_turns=config.max_turns,
-        max_tool_response_tokens=config.max_tool_response_tokens,
-        tool_timeout_s=config.tool_timeout_s,
-        env_timeout_s=config.env_timeout_s,
-        env_on_error=config.env_on_error,
+        parser=get_parser(agent.parser),
+        environment=resolve_environment(agent.environment) if agent.environment else None,
+        max_turns=agent.max_turns,
+        max_tool_response_tokens=agent.max_tool_response_tokens,
+        tool_timeout_s=agent.tool_timeout_s,
+        env_timeout_s=agent.env_timeout_s,
+        env_on_error=agent.env_on_error,
     )

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import torch
 
-from grpo.config import ConfigError, DistributedConfig
+from grpo.config import ConfigError
 from grpo.models.loading import pick_device
 
 
@@ -117,10 +117,12 @@ class Dist:
             self.owns_group = False
 
 
-def init_distributed(config: DistributedConfig, device_name: str) -> tuple[Dist, torch.device]:
+def init_distributed(
+    device_name: str, *, strategy: str, backend: str, timeout_s: float
+) -> tuple[Dist, torch.device]:
     """Join the torchrun job (or not, without one) and pick this process's device.
 
-    Backend "auto": NCCL when the device is CUDA, gloo otherwise. ``config.timeout_s``
+    Backend "auto": NCCL when the device is CUDA, gloo otherwise. ``timeout_s``
     bounds how long a collective waits for a process that is gone or stuck, so a job
     whose rank died stops with an error instead of hanging (torchrun also stops the
     other workers as soon as one exits with an error).
@@ -129,7 +131,6 @@ def init_distributed(config: DistributedConfig, device_name: str) -> tuple[Dist,
     device = pick_device(device_name, local_rank if world_size > 1 else None)
     if world_size == 1:
         return Dist(), device
-    backend = config.backend
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl" and device.type != "cuda":
@@ -140,7 +141,7 @@ def init_distributed(config: DistributedConfig, device_name: str) -> tuple[Dist,
     if owns_group:
         torch.distributed.init_process_group(
             backend=backend,
-            timeout=timedelta(seconds=config.timeout_s),
+            timeout=timedelta(seconds=timeout_s),
             device_id=device if backend == "nccl" else None,
         )
     comm_device = device if backend == "nccl" else torch.device("cpu")
@@ -148,7 +149,7 @@ def init_distributed(config: DistributedConfig, device_name: str) -> tuple[Dist,
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
-        strategy=config.strategy,
+        strategy=strategy,
         comm_device=comm_device,
         owns_group=owns_group,
     )
