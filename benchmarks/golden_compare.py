@@ -18,7 +18,9 @@ class NewCodeError(RuntimeError):
 
 
 def is_timing(key: str) -> bool:
-    return key.startswith("time/") or key.endswith("/seconds")
+    """Timings, and the asynchronous pipeline's own measurements (``async/*``: lag, queue,
+    idle and sync seconds; a synchronous run has none), are not compared."""
+    return key.startswith(("time/", "async/")) or key.endswith("/seconds")
 
 
 def canonical(value: Any) -> str:

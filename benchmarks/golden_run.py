@@ -34,7 +34,11 @@ its steps); 2 = no FAIL, but the check itself could not run (bad commit, the com
 failed) or was inconclusive (equal, but a config did not exercise what it is for on this
 seed) for some config.
 
-``--steps N`` trains every config chosen N steps. ``--code DIR`` replaces the working tree's
+``--new-set KEY=VALUE`` (repeatable) adds a config override to the new code's runs only:
+``--new-set rollout.mode=async --new-set rollout.max_staleness=0`` checks that asynchronous
+rollouts at staleness 0 reproduce the synchronous loop (``async/*`` metrics, which only an
+asynchronous run logs, are ignored like timings). ``--steps N`` trains every config chosen
+N steps. ``--code DIR`` replaces the working tree's
 ``src`` as the new code (e.g. another extraction). ``--keep DIR`` keeps the work folder: one
 subfolder per config with its fixtures, config, runs and logs.
 """
@@ -93,6 +97,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--code", type=Path, default=REPO / "src", help="the new code's src dir (default: ./src)"
+    )
+    parser.add_argument(
+        "--new-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the new code's runs only, e.g. rollout.mode=async "
+        "(repeatable): the new code must reproduce the base with it",
     )
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
@@ -203,9 +215,10 @@ def write_config(golden: GoldenConfig, work: Path, steps: int, seed: int) -> Pat
     return config
 
 
-def train(side: Side, work: Path, config: Path) -> tuple[Path, float]:
+def train(side: Side, work: Path, config: Path, overrides: list[str]) -> tuple[Path, float]:
     run_dir = work / f"run-{side.name}"
     command = ["-m", "grpo", "train", str(config), f"--train.run_dir={run_dir}"]
+    command += [f"--{override}" for override in overrides]
     seconds = run_python(side, work, command, work / f"train-{side.name}.log")
     return run_dir, seconds
 
@@ -225,13 +238,20 @@ def prepare(args: argparse.Namespace, work: Path, scratch: Path) -> tuple[Side, 
     if not (code / "grpo").is_dir():
         raise SetupError(f"--code {code}: no grpo package there")
     print(f"golden run: base = {base.label}, new = {new.label}")
+    if args.new_set:
+        print(f"  the new code's runs also set: {', '.join(args.new_set)}")
     for side in (base, new):
         print(f"  {side.name:4} imports grpo from {probe(side, work)}")
     return base, new
 
 
 def check_config(
-    golden: GoldenConfig, sides: tuple[Side, Side], work: Path, steps: int, seed: int
+    golden: GoldenConfig,
+    sides: tuple[Side, Side],
+    work: Path,
+    steps: int,
+    seed: int,
+    new_overrides: list[str],
 ) -> tuple[int, str]:
     """Train ``golden`` with both codes in ``work`` and compare: (exit status, verdict)."""
     base = sides[0]
@@ -242,7 +262,8 @@ def check_config(
     print(f"config {config}: {steps} steps, seed {seed}; {golden.said}; CPU float32, 1 thread")
     run_dirs: dict[str, Path] = {}
     for side in sides:  # one after the other: never two trainings at once
-        run_dirs[side.name], seconds = train(side, work, config)
+        overrides = new_overrides if side.name == "new" else []
+        run_dirs[side.name], seconds = train(side, work, config, overrides)
         print(f"{side.name} run ({side.label}): {seconds:.1f} s wall")
     lines, enough = golden.coverage(read_jsonl(run_dirs["base"] / "metrics.jsonl") or [])
     print("exercised (base run's metrics):")
@@ -271,7 +292,7 @@ def golden_run(args: argparse.Namespace, work: Path, scratch: Path) -> int:
         directory.mkdir()
         try:
             steps = args.steps or golden.steps
-            verdicts[name] = check_config(golden, sides, directory, steps, args.seed)
+            verdicts[name] = check_config(golden, sides, directory, steps, args.seed, args.new_set)
         except SetupError as error:
             verdicts[name] = NOT_CHECKED, f"cannot check: {error}"
         except NewCodeError as error:

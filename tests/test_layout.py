@@ -145,8 +145,12 @@ def test_files_and_functions_are_small(path: Path) -> None:
 # Inside grpo.training: the composers build the run and drive the step; the stages each
 # do one part of it and share only the run's types, so a stage can be read, tested and
 # moved (the async producer) without the others.
-COMPOSERS = {"loop", "setup", "setup_learner", "setup_rollouts", "engines"}
-RUN_TYPES = {"state", "rounds", "producers"}
+# A rollout worker builds its producer as set-up does, and the pools start workers: composers.
+COMPOSERS = {
+    *("loop", "setup", "setup_learner", "setup_rollouts", "setup_async", "engines"),
+    *("rollout_worker", "local_pool", "ray_pool"),
+}
+RUN_TYPES = {"state", "rounds", "producers", "worker_pool"}
 
 
 def _is_stage_level(module: str) -> bool:

@@ -91,3 +91,26 @@ def test_group_of_one_with_group_scaling_is_impossible() -> None:
 )
 def test_non_positive_sizes_name_the_key(override, message) -> None:
     assert _error(override) == message
+
+
+ASYNC = "rollout.mode='async'"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "start"),
+    [
+        ((ASYNC, "rollout.workers=0"), "rollout.workers must be ≥ 1"),
+        ((ASYNC, "rollout.max_staleness=-1"), "rollout.max_staleness must be ≥ 0"),
+        ((ASYNC, "rollout.worker_timeout_s=0"), "rollout.worker_timeout_s must be > 0"),
+        (
+            (ASYNC, "rollout.max_staleness=1", "rollout.sync_every=3"),
+            "rollout.sync_every = 3 must be ≤ rollout.max_staleness + 1",
+        ),
+        ((ASYNC, "distributed.strategy='fsdp'"), "rollout.mode = 'async' is not supported with"),
+        ((ASYNC, "rollout.engine='vllm'"), "rollout.mode = 'async' runs the built-in engine"),
+        ((ASYNC, "algorithm.estimator='ppo'"), "rollout.mode = 'async' needs algorithm.estim"),
+        (("algorithm.off_policy='decoupled'",), "algorithm.off_policy = 'decoupled' needs"),
+    ],
+)
+def test_async_rollout_mistakes_name_the_key(overrides, start) -> None:
+    assert _error(*overrides).startswith(start)

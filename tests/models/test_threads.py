@@ -38,6 +38,14 @@ def test_busy_cpus_are_the_rounded_load_and_at_least_one_thread_remains() -> Non
     assert why == "16 usable CPUs, 4 busy (3.60 given)"
 
 
+def test_cpus_reserved_for_local_rollout_workers_count_as_busy() -> None:
+    # 8 CPUs, 1 busy, 2 workers × 2 threads: 8 − 1 − 4 = 3; never below 1.
+    threads, why = choose_threads(0, environ={}, cpus=8, load=1.0, reserved=4)
+    assert (threads, why) == (3, "8 usable CPUs, 1 busy (1.00 given), 4 for the rollout workers")
+    assert choose_threads(0, environ={}, cpus=2, load=0.0, reserved=1)[0] == 1
+    assert choose_threads(0, environ={}, cpus=2, load=0.0, reserved=4)[0] == 1
+
+
 def test_apply_sets_torch_and_says_why() -> None:
     before = torch.get_num_threads()
     try:

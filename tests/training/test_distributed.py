@@ -289,3 +289,24 @@ def test_completions_log_pairs_each_row_with_its_own_advantage_across_rounds(job
     assert sorted(double) == sorted(single) == [1, 2, 3, 4]
     for step, rows in single.items():
         assert double[step] == rows[: len(rows) // 2], f"step {step}"
+
+
+def test_async_rollouts_under_torchrun_train_as_one_sync_process(job) -> None:
+    """rollout.mode = "async" with 2 learner processes: rank 0 holds the workers and sends
+    each process its rows; at max_staleness 0 that is the 1-process synchronous run."""
+    from safetensors.torch import load_file
+
+    _ok(job(1, "one"))
+    two = job(2, "two", "--rollout.mode=async", "--rollout.max_staleness=0", "--rollout.workers=2")
+    _ok(two)
+    one_rows, two_rows = job.jobs.metrics("one"), job.jobs.metrics("two")
+    assert len(one_rows) == len(two_rows) == 2
+    for want, have in zip(one_rows, two_rows, strict=True):
+        assert all(k in have for k in want)
+        for key, value in want.items():
+            if not (key.startswith("time/") or key.endswith("/seconds")):
+                assert have[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+        assert have["async/version_lag_max"] == 0
+    a = load_file(job.tmp_path / "one" / "final" / "model.safetensors")
+    b = load_file(job.tmp_path / "two" / "final" / "model.safetensors")
+    assert all(torch.allclose(a[k], b[k], atol=1e-5, rtol=0) for k in a)

@@ -24,7 +24,10 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     quiet = ["--train.quiet=true"] if args.quiet else []
     config = load_config(args.config, overrides + quiet)
     quiet_transformers()
-    threads = apply_threads(config.train.threads)  # every process of a torchrun job
+    rollout = config.rollout  # local asynchronous workers take CPUs of their own
+    local_workers = rollout.mode == "async" and rollout.backend == "local"
+    reserved = rollout.workers * rollout.worker_threads if local_workers else 0
+    threads = apply_threads(config.train.threads, reserved)  # every process of a torchrun job
     if os.environ.get("RANK", "0") == "0":
         print(threads, flush=True)
     result = train(config)

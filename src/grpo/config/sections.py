@@ -78,6 +78,24 @@ class RolloutConfig:
     # agent.max_tool_response_tokens + 64 (set it when observations run longer)
     vllm_max_model_len: int = 0
     vllm_enforce_eager: bool = False  # skip CUDA-graph capture: faster start, slower decoding
+    # sync: sample, then learn, in turn | async: worker processes sample while the learner
+    # trains (README "Asynchronous rollouts and several machines")
+    mode: Literal["sync", "async"] = "sync"
+    backend: Literal["local", "ray"] = "local"  # async workers: local processes | Ray actors
+    workers: int = 1  # async rollout workers; a round's rows are split over them
+    # k: a batch trained at version v was sampled by a version ≥ v − k (0: sync's results)
+    max_staleness: int = 1
+    # a request that would come back too stale: wait = not issued until weights fresh
+    # enough are out | drop = issued early; its groups dropped on arrival, prompts re-issued
+    stale: Literal["wait", "drop"] = "wait"
+    sync_every: int = 1  # optimizer steps between weight syncs to the workers (≤ k + 1)
+    worker_threads: int = 1  # torch threads in each worker
+    # a worker without a heartbeat, or on one request, this long is restarted
+    worker_timeout_s: float = 600.0
+    max_worker_restarts: int = 3  # restarts per run before it fails, naming the worker
+    # backend ray, as ray.init's address: "" = $RAY_ADDRESS, else a `ray start` cluster on
+    # this machine, else a new local instance | "auto" (never a new one) | "host:port" | "ray://…"
+    ray_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,10 @@ class AlgorithmConfig:
     # else 0 | seq_mis: the same on the sequence's product ratio | geo_mask: drop sequences
     # whose geometric-mean ratio is outside [sampler_geo_low, sampler_geo_high]
     sampler_correction: Literal["auto", "none", "tis", "mis", "seq_mis", "geo_mask"] = "auto"
+    # samples from older weights (rollout.mode = "async"): none = as sync | sampler (prime-rl) =
+    # clip π_θ against the worker's π_behav | decoupled (AReaL) = clip π_θ/π_prox, weight by
+    # min(π_prox/π_behav, sampler_is_cap) | auto = decoupled when async with max_staleness ≥ 1
+    off_policy: Literal["auto", "none", "sampler", "decoupled"] = "auto"
     sampler_is_cap: float = 2.0  # C of tis (verl's rollout_is_threshold default)
     sampler_mask_low: float = 0.5  # lower end of the band of mis and seq_mis
     sampler_mask_high: float = 2.0  # upper end of that band

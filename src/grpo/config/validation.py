@@ -102,6 +102,39 @@ CROSS_FIELD: dict[str, Rule] = {
         lambda c: not (c.agent.enabled and c.algorithm.overlong_buffer > 0),
         "algorithm.overlong_buffer is per completion: not supported with agent",
     ),
+    "sync_every": Rule(
+        lambda c: c.rollout.mode == "sync" or c.rollout.sync_every <= c.rollout.max_staleness + 1,
+        "rollout.sync_every = {c.rollout.sync_every} must be ≤ rollout.max_staleness + 1 = "
+        "{c.rollout.max_staleness} + 1: weights synced less often would leave every sample "
+        "more than max_staleness versions behind",
+    ),
+    "async_fsdp": Rule(
+        lambda c: c.rollout.mode == "sync" or c.distributed.strategy != "fsdp",
+        "rollout.mode = 'async' is not supported with distributed.strategy = 'fsdp' "
+        "(the workers need the full weights after each sync; use 'ddp')",
+    ),
+    "async_vllm": Rule(
+        lambda c: c.rollout.mode == "sync" or c.rollout.engine == "transformers",
+        "rollout.mode = 'async' runs the built-in engine in its workers: "
+        "rollout.engine must be 'transformers'",
+    ),
+    "async_ppo": Rule(
+        lambda c: c.rollout.mode == "sync" or c.algorithm.estimator == "grpo",
+        "rollout.mode = 'async' needs algorithm.estimator = 'grpo' "
+        "(the critic is not corrected for stale samples)",
+    ),
+    "off_policy_sync": Rule(
+        lambda c: c.rollout.mode == "async" or c.algorithm.off_policy in ("auto", "none"),
+        "algorithm.off_policy = {c.algorithm.off_policy!r} needs rollout.mode = 'async' "
+        "(synchronous samples come from the weights being trained)",
+    ),
+    "off_policy_gspo": Rule(
+        lambda c: c.algorithm.off_policy != "sampler" or c.algorithm.ratio_level == "token",
+        "algorithm.off_policy = 'sampler' with algorithm.ratio_level = 'sequence' (GSPO): "
+        "GSPO's clip range (algorithm.sequence_clip_low/high, ~1e-4) assumes a ratio that "
+        "starts at 1, but against stale weights it starts wherever the staleness put it, so "
+        "most sequences would be clipped before the first step; use off_policy = 'decoupled'",
+    ),
     "eval_reward": Rule(
         lambda c: not c.eval.reward or ":" in c.eval.reward,
         "eval.reward must be 'module:function'",
@@ -183,6 +216,18 @@ _TABLE = """
     @agent_fsdp
     @agent_chat_template
     @agent_overlong
+    rollout.workers ≥ 1
+    rollout.max_staleness ≥ 0
+    rollout.sync_every ≥ 1
+    @sync_every
+    rollout.worker_threads ≥ 1
+    rollout.worker_timeout_s > 0
+    rollout.max_worker_restarts ≥ 0
+    @async_fsdp
+    @async_vllm
+    @async_ppo
+    @off_policy_sync
+    @off_policy_gspo
 """
 
 _BOUND = {"≥": operator.ge, ">": operator.gt}

@@ -119,6 +119,26 @@ METRICS: tuple[Metric, ...] = (
             "explained_variance",
         )
     ),
+    # Asynchronous rollouts (rollout.mode = "async"): the learner's own, once a step.
+    *(
+        Metric(f"async/{key}", ONCE, Reduce.ONE_PROCESS)
+        for key in (
+            "version_lag_mean",
+            "version_lag_max",
+            "groups_at_lag/<n>",
+            "queue_depth",
+            "in_flight",
+            "learner_idle_s",
+            "worker_idle_s",
+            "worker_busy_s",
+            "sync_s",
+            "sync_bytes",
+            "samples_per_s",
+            "stale_waits",
+            "stale_dropped",
+            "worker_restarts",
+        )
+    ),
     # Timers: rounds run one after the other, processes side by side.
     Metric("time/rollout", SUM, MAX),
     Metric("time/reward", SUM, MAX),

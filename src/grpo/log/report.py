@@ -3,10 +3,12 @@ sample completions, written to RUN_DIR/report/.
 
 The plots (matplotlib, the ``plot`` extra): reward, accuracy, KL, completion length,
 zero-variance fraction, clip fraction, gradient norm and loss, the signs of learned
-reasoning (length by estimated difficulty, ``<think>`` length, self-correction rate), and
-the split of each step's time. A metric the run did not log gets an empty plot saying so.
-The page is static (no scripts, nothing loaded from outside the folder); every piece of
-text from the run, prompts and completions included, is HTML-escaped.
+reasoning (length by estimated difficulty, ``<think>`` length, self-correction rate), the
+split of each step's time, and under asynchronous rollouts the version lag (over steps, and
+as a histogram of the groups trained) and the idle and weight-sync seconds. A metric the
+run did not log gets an empty plot saying so. The page is static (no scripts, nothing
+loaded from outside the folder); every piece of text from the run, prompts and completions
+included, is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Plot:
     series: tuple[str, ...]  # metric keys drawn as lines
     note: str = ""  # shown when none of the series was logged
     stacked: bool = False  # an area chart of parts of a whole (the step-time split)
+    histogram: str = ""  # bars of Σ over steps of the keys PREFIX<n>, by n (series unused)
 
 
 PLOTS = (
@@ -75,6 +78,25 @@ PLOTS = (
         ("time/rollout", "time/reward", "time/train"),
         stacked=True,
     ),
+    Plot(
+        "version_lag.png",
+        "Asynchronous rollouts: versions behind the trained weights",
+        ("async/version_lag_mean", "async/version_lag_max"),
+        note="rollout.mode = 'async' logs it",
+    ),
+    Plot(
+        "version_lag_histogram.png",
+        "Asynchronous rollouts: groups trained, by version lag",
+        (),
+        note="rollout.mode = 'async' logs it",
+        histogram="async/groups_at_lag/",
+    ),
+    Plot(
+        "async_idle.png",
+        "Asynchronous rollouts: idle and weight-sync seconds per step",
+        ("async/learner_idle_s", "async/worker_idle_s", "async/sync_s"),
+        note="rollout.mode = 'async' logs it",
+    ),
 )
 
 
@@ -94,6 +116,17 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
     return [step for step, _ in points], [float(value) for _, value in points]
 
 
+def _histogram(rows: list[dict[str, Any]], prefix: str) -> dict[int, float]:
+    """Σ over steps of each ``PREFIX<n>`` key, by n."""
+    totals: dict[int, float] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith(prefix) and key[len(prefix) :].isdigit():
+                n = int(key[len(prefix) :])
+                totals[n] = totals.get(n, 0.0) + float(value)
+    return dict(sorted(totals.items()))
+
+
 def draw_plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
     """One PNG for ``plot`` from the metric rows."""
     from matplotlib.figure import Figure
@@ -106,6 +139,10 @@ def draw_plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
     drawn = [key for key in plot.series if _series(rows, key)[1]]
+    if plot.histogram and (bars := _histogram(rows, plot.histogram)):
+        axes.bar(list(bars), list(bars.values()))
+        axes.set_xlabel("lag (versions)")
+        drawn = ["histogram"]
     if plot.stacked and drawn:
         steps = [row["step"] for row in rows if all(key in row for key in drawn)]
         parts = [[row[key] for row in rows if all(k in row for k in drawn)] for key in drawn]
@@ -121,7 +158,7 @@ def draw_plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
             axes.plot(steps, _smooth(values, window), label=f"{key} (mean of {window})")
         else:
             axes.plot(steps, values, label=key)
-    if drawn:
+    if drawn and not plot.histogram:
         axes.legend(fontsize=8)
     else:
         axes.text(

@@ -12,7 +12,8 @@ RESULTS.md). The rule, first that applies:
    spent outside idle over half a second (``/proc/stat``) while this process sleeps. The
    1-minute load average, used where ``/proc/stat`` is missing, lags: right after
    ``scripts/demo.sh`` installs the project it still counts the finished install as one
-   busy CPU and would halve the demo's threads on a quiet machine.
+   busy CPU and would halve the demo's threads on a quiet machine. CPUs reserved for this
+   run's own rollout workers (asynchronous rollouts on this machine) count as busy.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def choose_threads(
     environ: dict[str, str] | None = None,
     cpus: int | None = None,
     load: float | None = None,
+    reserved: int = 0,
 ) -> tuple[int, str]:
     """``(threads, why)`` by the rule above; ``environ``, ``cpus`` and ``load`` (busy CPUs)
     default to this process's, and are parameters so the rule can be tested."""
@@ -83,14 +85,16 @@ def choose_threads(
     cpus = usable_cpus() if cpus is None else cpus
     load, how = measure_busy(cpus) if load is None else (load, "given")
     busy = min(cpus, round(load))
-    threads = max(1, cpus - busy)
-    return threads, f"{cpus} usable CPUs, {busy} busy ({load:.2f} {how})"
+    threads = max(1, cpus - busy - reserved)
+    mine = f", {reserved} for the rollout workers" if reserved else ""
+    return threads, f"{cpus} usable CPUs, {busy} busy ({load:.2f} {how}){mine}"
 
 
-def apply_threads(explicit: int) -> str:
-    """Set torch's intra-op thread count by the rule; returns the line to print."""
+def apply_threads(explicit: int, reserved: int = 0) -> str:
+    """Set torch's intra-op thread count by the rule (``reserved``: CPUs this run's local
+    rollout workers will use); returns the line to print."""
     import torch
 
-    threads, why = choose_threads(explicit)
+    threads, why = choose_threads(explicit, reserved=reserved)
     torch.set_num_threads(threads)
     return f"torch threads: {threads} ({why})"

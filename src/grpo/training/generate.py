@@ -67,13 +67,40 @@ def generate_round(
 ) -> Round:
     """One round on prompts ``indices``: this process produces and scores its block of the
     rows; the per-row results are then gathered, so every process has the round's."""
-    started = time.perf_counter()
     local_rows = dist.rows(len(indices) * group_size)  # this process's block of the round
-    produced = rollouts.producer.produce(indices, group_size, local_rows)
+    produced, scores = produce_and_score(rollouts, indices, group_size, local_rows, dist, seconds)
+    return assemble_round(rollouts, indices, group_size, produced, scores, dist)
+
+
+def produce_and_score(
+    rollouts: Rollouts,
+    indices: list[int],
+    group_size: int,
+    rows: slice,
+    dist: Dist,
+    seconds: dict[str, float],
+) -> tuple[ProducedRound, RewardScores]:
+    """Rows ``rows`` of the round on prompts ``indices``, produced and scored; the seconds
+    each took are added to ``seconds`` (an asynchronous worker runs this alone)."""
+    started = time.perf_counter()
+    produced = rollouts.producer.produce(indices, group_size, rows)
     seconds["rollout"] += time.perf_counter() - started
     started = time.perf_counter()
-    scores = _score(rollouts, produced, dist, local_rows)
+    scores = _score(rollouts, produced, dist, rows)
     seconds["reward"] += time.perf_counter() - started
+    return produced, scores
+
+
+def assemble_round(
+    rollouts: Rollouts,
+    indices: list[int],
+    group_size: int,
+    produced: ProducedRound,
+    scores: RewardScores,
+    dist: Dist,
+) -> Round:
+    """This process's scored rows of a round → the Round: every process's per-row results
+    gathered, the overlong shaping applied, the groups formed."""
     rollout = produced.rollout
     local = RowResults(
         reward_B=scores.total_B,

@@ -43,6 +43,7 @@ from grpo.training.runtime.distributed import Dist, init_distributed, world_from
 from grpo.training.runtime.faults import GracefulStop, NonFiniteGuard
 from grpo.training.saving import save_checkpoint_of, save_final
 from grpo.training.setup import set_up
+from grpo.training.setup_async import start_feeder
 from grpo.training.state import Run
 from grpo.training.step_metrics import accuracy, step_metrics
 
@@ -78,11 +79,16 @@ def train(
         backend=distributed.backend,
         timeout_s=distributed.timeout_s,
     )
+    run = None
     try:
         with GracefulStop(announce=verbose and dist.is_main) as stop:
             run = set_up(config, plan, dist, device, reward_functions, verbose)
+            if config.rollout.mode == "async":
+                run.feeder = start_feeder(config, run, reward_functions, dist)
             return _train(run, dist, stop)
     finally:
+        if run is not None and run.feeder is not None:
+            run.feeder.close()  # no worker outlives the run: normal end, error or Ctrl-C
         dist.close()
 
 
@@ -120,14 +126,17 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
     metrics (and the held-out accuracy when due)."""
     settings, learner = run.settings, run.learner
     step_started = time.perf_counter()
-    generation, seconds = generate(
-        run.rollouts,
-        run.sampler,
-        dist,
-        prompts_per_step=settings.prompts_per_step,
-        group_size=settings.group_size,
-        max_rounds=settings.max_rounds,
-    )
+    if run.feeder is None:
+        generation, seconds = generate(
+            run.rollouts,
+            run.sampler,
+            dist,
+            prompts_per_step=settings.prompts_per_step,
+            group_size=settings.group_size,
+            max_rounds=settings.max_rounds,
+        )
+    else:  # sampled by the workers, up to rollout.max_staleness versions ago
+        generation, seconds = run.feeder.next_generation(step)
     groups = generation.groups
     selection = select_groups(
         groups,
@@ -152,6 +161,8 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
     update = learn(learner, generation, selection, dist)
     if update:
         run.rollouts.engine.sync_weights(learner.policy)  # vLLM gets the new weights
+    if run.feeder is not None:
+        run.feeder.after_update(step, learner.policy)  # the workers' weights, when due
     times = {
         "time/rollout": seconds["rollout"],
         "time/reward": seconds["reward"],
@@ -166,6 +177,9 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
         step == settings.steps or (settings.eval_every and step % settings.eval_every == 0)
     ):
         metrics["eval/accuracy"] = run.evaluate(learner.policy)
+    if run.feeder is not None:
+        metrics.update(run.feeder.take_metrics())
+        metrics["async/samples_per_s"] = generation.results.reward_B.numel() / times["time/step"]
     metrics.update(accuracy(generation))
     metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
     return metrics, generation, selection

@@ -32,6 +32,7 @@ def save_checkpoint_of(run: Run, step: int, dist: Dist, *, keep: int) -> None:
             keep=keep,
             model_state=model_state,
             optimizer_state=optimizer_state,
+            extra={"async": run.feeder.checkpoint_state()} if run.feeder else None,
         )
 
 

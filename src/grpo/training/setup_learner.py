@@ -11,6 +11,7 @@ from torch import nn
 
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
+from grpo.algo.off_policy import resolve_off_policy
 from grpo.config import AlgorithmConfig, Config, ModelConfig
 from grpo.models.loading import LoraSpec, TrainableSpec, load_policy, load_reference
 from grpo.models.value import load_value_model
@@ -84,17 +85,22 @@ def build_optimization(config: Config, trained: nn.Module) -> Optimization:
 
 
 def build_objective(config: Config) -> Objective:
-    """The ``[algorithm]`` keys the loss uses (same names), τ and the length cap."""
+    """The ``[algorithm]`` keys the loss uses (same names), τ and the length cap; the
+    off-policy mode with ``"auto"`` resolved from ``rollout.mode`` and ``max_staleness``."""
     settings = {
         field.name: getattr(config.algorithm, field.name)
         for field in dataclasses.fields(Objective)
         if hasattr(config.algorithm, field.name)
     }
+    rollout = config.rollout
+    settings["off_policy"] = resolve_off_policy(
+        config.algorithm.off_policy, rollout.mode, rollout.max_staleness
+    )
     return Objective(
         **settings,
-        temperature=config.rollout.temperature,
-        max_completion_length=config.rollout.max_new_tokens,
-        correction=correction_settings(config.algorithm, config.rollout.engine),
+        temperature=rollout.temperature,
+        max_completion_length=rollout.max_new_tokens,
+        correction=correction_settings(config.algorithm, rollout.engine),
     )
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -22,6 +22,7 @@ from grpo.log.progress import StepProgress
 from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import RolloutEngine
 from grpo.training.producers import Producer
+from grpo.training.rounds import Generation
 from grpo.training.runtime.optim import Optimization
 from grpo.training.update.batch import Reference
 from grpo.training.update.critic import Critic
@@ -75,6 +76,20 @@ class LoopSettings:
     mask_truncated_completions: bool = False  # truncated rows stay out of the loss
 
 
+class AsyncRollouts(Protocol):
+    """Rollouts sampled by workers while the learner trains (rollout.mode = "async")."""
+
+    def next_generation(self, step: int) -> tuple[Generation, dict[str, float]]: ...
+
+    def after_update(self, step: int, policy: nn.Module) -> None: ...
+
+    def take_metrics(self) -> dict[str, float]: ...
+
+    def checkpoint_state(self) -> dict[str, object]: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Run:
     """A run's long-lived parts, built once by :func:`~grpo.training.setup.set_up`."""
@@ -92,3 +107,4 @@ class Run:
     open_progress: Callable[[], StepProgress]  # the console display, opened as the loop starts
     start_step: int  # the checkpoint's step when resuming, else 0
     say: Callable[[str], None]  # a console line, on rank 0 when verbose
+    feeder: AsyncRollouts | None = None  # rollout.mode = "async": the workers' rounds

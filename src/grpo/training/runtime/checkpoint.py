@@ -174,10 +174,12 @@ def save_checkpoint(
     keep: int = 2,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write RUN_DIR/checkpoints/step-``step`` atomically, point ``latest`` at it, keep
     the newest ``keep``. ``model_state``/``optimizer_state`` replace the model's and
-    optimizer's own state dicts (the gathered full ones under FSDP)."""
+    optimizer's own state dicts (the gathered full ones under FSDP); ``extra`` is plain
+    JSON state of other parts (the asynchronous rollouts' requested prompts)."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step}"
@@ -197,6 +199,8 @@ def save_checkpoint(
     (staging / RUN_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     manifest = {p.name: p.stat().st_size for p in sorted(staging.iterdir()) if p.is_file()}
     plain = {"format": FORMAT_VERSION, "step": step, "rng": plain_rng, "files": manifest}
+    if extra:
+        plain["extra"] = extra
     (staging / PLAIN_STATE).write_text(json.dumps(plain) + "\n")
     for path in staging.iterdir():
         _fsync(path)
@@ -282,6 +286,14 @@ def load_checkpoint(directory: Path) -> dict[str, Any]:
             f"this version reads {FORMAT_VERSION}"
         )
     return {**plain, "tensors": tensors}
+
+
+def read_extra(directory: Path) -> dict[str, Any]:
+    """The ``extra`` state a checkpoint was saved with ({} without any)."""
+    try:
+        return json.loads((directory / PLAIN_STATE).read_text()).get("extra", {})
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{directory}: unreadable checkpoint ({error})") from None
 
 
 def verify_checkpoint(directory: Path) -> int:

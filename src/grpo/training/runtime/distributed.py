@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 
@@ -89,6 +90,14 @@ class Dist:
             name: gathered_BK[:, k].to(column.dtype)
             for k, (name, column) in enumerate(columns.items())
         }
+
+    def broadcast_object(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every process (pickled; CPU tensors travel inside it)."""
+        if not self.enabled:
+            return value
+        box = [value]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
 
     def gather_values(self, values: dict[str, float]) -> dict[str, list[float]]:
         """Each key's value on every process, in rank order (the keys must agree)."""

@@ -1,5 +1,7 @@
 """One micro-batch's policy objective: the clipped surrogate at the configured ratio level
-(token, or GSPO's sequence), weighted by the sampler correction, minus the entropy bonus.
+(token, or GSPO's sequence), its ratio taken against the anchor of the off-policy mode
+(π_prox, or the sampler's π_behav) and weighted by the off-policy weight and the sampler
+correction (:func:`~grpo.algo.off_policy.off_policy_terms`), minus the entropy bonus.
 
 The KL penalty is added by the caller (:mod:`grpo.training.update.policy`). Every mean uses the
 completion mask (1 = a token the model wrote), and the normalizers are the step's, so
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from grpo.algo.corrections import correction_sums, sampler_correction
+from grpo.algo.corrections import correction_sums
 from grpo.algo.losses import aggregate, policy_loss
 from grpo.algo.objective import Objective
+from grpo.algo.off_policy import off_policy_terms
 from grpo.training.update.batch import TrainBatch
 
 
@@ -28,28 +31,31 @@ def surrogate_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
     """(loss, the surrogate's stats, the sampler correction's sums when ``with_metrics``).
 
-    With the defaults (no correction, token ratios, no entropy bonus) this is exactly
-    :func:`~grpo.algo.losses.policy_loss`.
+    ``old_logp_BT`` is π_prox, the learner's log-probs before the update. With the defaults
+    (no correction, ``off_policy = "none"``, token ratios, no entropy bonus) this is exactly
+    :func:`~grpo.algo.losses.policy_loss`. The ``sampler/*`` sums, with a correction on,
+    describe the weight the loss used: under ``decoupled`` the behaviour weight times the
+    correction's rejection, under ``sampler`` the rejection alone.
     """
     mask_BT, settings = micro.completion_mask_BT, objective.correction
-    weights_BT, sums = None, {}
-    if settings.mode != "none":
-        sampler_logp_BT = micro.sampler_logp_BT.to(logp_BT.device)
-        correction = sampler_correction(old_logp_BT, sampler_logp_BT, mask_BT, settings)
-        weights_BT = correction.weights_BT
-        if with_metrics:
-            sums = correction_sums(correction, old_logp_BT, sampler_logp_BT, mask_BT, settings)
+    sums: dict[str, float] = {}
+    sampler_logp_BT = micro.sampler_logp_BT.to(logp_BT.device)  # π_behav
+    terms = off_policy_terms(
+        logp_BT, old_logp_BT, sampler_logp_BT, mask_BT, objective.off_policy, settings
+    )
+    if with_metrics and terms.correction is not None:
+        sums = correction_sums(terms.correction, old_logp_BT, sampler_logp_BT, mask_BT, settings)
     clip_low, clip_high = objective.clip_range
     loss, stats = policy_loss(
         logp_BT,
-        old_logp_BT,
+        terms.anchor_logp_BT,
         micro.advantages_BT,
         mask_BT,
         clip_low=clip_low,
         clip_high=clip_high,
         aggregation=objective.aggregation,
         ratio_level=objective.ratio_level,
-        weights_BT=weights_BT,
+        weights_BT=terms.weights_BT,
         **normalizers,
     )
     if objective.entropy_coef > 0:

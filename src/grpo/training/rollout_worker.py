@@ -1,0 +1,106 @@
+"""A rollout worker's own state and what it does, whatever runs it (a local process or a
+Ray actor): build its engine, producer and rewards from the config, load the weights the
+learner syncs, and answer requests with scored rows tagged with its policy version.
+
+Weights change only between requests (a worker handles its messages one at a time), so
+every row of a result was sampled by one version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from grpo.config import Config
+from grpo.models.loading import load_policy, load_tokenizer, pick_device
+from grpo.models.weight_sync import load_synced
+from grpo.rewards.resolve import resolve_reward_functions
+from grpo.rewards.runner import RewardFunction
+from grpo.training.generate import produce_and_score
+from grpo.training.rounds import ProducedRound, Request, Result
+from grpo.training.runtime.distributed import Dist
+from grpo.training.setup import load_dataset_for
+from grpo.training.setup_learner import trainable_spec
+from grpo.training.setup_rollouts import build_rollouts
+from grpo.training.state import Rollouts
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker builds itself from (it travels to another process or machine)."""
+
+    config: Config
+    reward_functions: list[RewardFunction] | None  # the Python API's, else the config's
+    threads: int  # torch threads
+
+
+@dataclass
+class WorkerState:
+    index: int
+    rollouts: Rollouts
+    policy: nn.Module
+    version: int = -1  # no weights from the learner yet
+
+
+def build_worker(spec: WorkerSpec, index: int) -> WorkerState:
+    """The worker's copy of the policy (the learner's weights arrive with the first sync),
+    its engine, producer and rewards, as the learner would build them."""
+    torch.set_num_threads(spec.threads)
+    _quiet()
+    config = spec.config
+    device = pick_device(config.model.device)
+    tokenizer = load_tokenizer(config.model.path, tokenizer_path=config.model.tokenizer_path)
+    policy = load_policy(config.model.path, device, trainable_spec(config.model))
+    rewards = spec.reward_functions
+    if rewards is None:
+        rewards = resolve_reward_functions(config.rewards)
+    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
+    rollouts = build_rollouts(config, policy, tokenizer, dataset, rewards, Dist(), device)
+    return WorkerState(index, rollouts, policy)
+
+
+def _quiet() -> None:
+    """No progress bars or warnings from transformers in a worker: the learner's console is
+    the run's; errors still reach the learner with their tracebacks."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def load_weights(state: WorkerState, weights: dict[str, torch.Tensor], version: int) -> None:
+    """Take the learner's weights (all of them, or its trainable ones) as ``version``."""
+    load_synced(state.policy, weights)
+    state.rollouts.engine.sync_weights(state.policy)
+    state.version = version
+
+
+def serve(state: WorkerState, request: Request) -> Result:
+    """The request's rows, produced and scored, on CPU tensors ready to travel."""
+    if state.version < 0:
+        raise RuntimeError(f"rollout worker {state.index} got a request before any weights")
+    generator = state.rollouts.generator
+    if isinstance(request.noise, int):
+        generator.manual_seed(request.noise)
+    else:
+        generator.set_state(request.noise)
+    seconds = {"rollout": 0.0, "reward": 0.0}
+    produced, scores = produce_and_score(
+        state.rollouts, request.indices, request.group_size, request.rows, Dist(), seconds
+    )
+    return Result(
+        request=request,
+        produced=_on_cpu(produced),
+        scores=scores,
+        version=state.version,
+        generator_state=generator.get_state(),
+        worker=state.index,
+        seconds=seconds,
+    )
+
+
+def _on_cpu(produced: ProducedRound) -> ProducedRound:
+    produced.rollout = produced.rollout.to(torch.device("cpu"))
+    return produced
