@@ -10,6 +10,7 @@ the trajectories it produced.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,88 @@ def test_held_out_accuracy_during_training_is_multi_turn(ascii_model_dir, tmp_pa
     turns = [sum(m["role"] == "assistant" for m in c) for c in evaluated]
     assert len(evaluated) == 4 and max(turns) >= 2
     assert result.history[-1]["eval/accuracy"] == pytest.approx(sum(t >= 2 for t in turns) / 4)
+
+
+class RowScore:
+    """Ends on the first turn with the row's `score` as its reward, whatever the model wrote."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.prompt, self.score = row["prompt"], float(row["score"])
+
+    def reset(self) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": self.prompt}]
+
+    def step(self, text: str) -> tuple[str | None, float | None, bool]:
+        return None, self.score, True
+
+
+# ≥ 1 is correct: rows 0 and 3, so the accuracy is 2/4; the mean reward is 3.5/4.
+ROW_SCORES = [1.0, 0.0, 0.5, 2.0]
+# Every character ends a turn, so each turn stops (is not cut) and reaches the environment.
+EVERY_CHARACTER = [chr(code) for code in range(32, 127)] + ["\n"]
+
+
+def _scored_prompts(tmp_path: Path) -> Path:
+    data = tmp_path / "scored.jsonl"
+    rows = [{"prompt": f"Say {n}", "score": s} for n, s in enumerate(ROW_SCORES)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return data
+
+
+def test_grpo_eval_of_an_environment_only_run_scores_the_environment(
+    ascii_model_dir, tmp_path, capsys
+) -> None:
+    """No [[rewards]]: the environment's reward is the accuracy reward (≥ 1 = correct)."""
+    from grpo.cli.main import main
+
+    config = tmp_path / "grpo.toml"
+    config.write_text(
+        f'[agent]\nenvironment = "{__name__}:RowScore"\nmax_turns = 2\n'
+        f"[rollout]\nstop_strings = {json.dumps(EVERY_CHARACTER)}\n"
+    )
+    out = tmp_path / "eval.json"
+    data = _scored_prompts(tmp_path)
+    args = ["eval", str(ascii_model_dir), "--data", str(data), "--config", str(config)]
+    code = main([*args, "--samples", "2", "--k", "1,2", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["correct_reward"] == "environment"
+    assert result["pass@1_greedy"] == 0.5
+    assert result["pass@k"] == {"1": 0.5, "2": 0.5}  # c = 2, 0, 0, 2 of 2 samples
+    assert result["reward_means_greedy"] == {"environment": pytest.approx(3.5 / 4)}
+    assert "correct = environment ≥ 1" in printed
+    assert re.search(r"pass@1 \(greedy\) +50\.0%", printed)
+
+
+def test_environment_accuracy_key_makes_it_the_accuracy_beside_other_rewards(
+    ascii_model_dir, tmp_path
+) -> None:
+    """agent.environment_accuracy = true: the environment's reward is the accuracy in
+    training (the step's `accuracy`, the held-out `eval/accuracy`) though a reward is set."""
+    from grpo.config import load_config
+    from grpo.training.loop import train
+
+    data = _scored_prompts(tmp_path)
+    config = load_config(
+        None,
+        [
+            f"model.path='{ascii_model_dir}'",
+            f"data.train_path='{data}'",
+            f"eval.path='{data}'",
+            f"agent.environment='{__name__}:RowScore'",
+            "agent.environment_accuracy=true",
+            "agent.max_turns=2",
+            f"rewards=[{{function='{__name__}:dumped_turns'}}]",
+            "rollout.group_size=2",
+            f"rollout.stop_strings={json.dumps(EVERY_CHARACTER)}",
+            "train.steps=1",
+            "train.prompts_per_step=4",
+            f"train.run_dir='{tmp_path / 'run'}'",
+            "train.progress=false",
+            "train.tensorboard=false",
+        ],
+    )
+    result = train(config, verbose=False)
+    assert result.history[-1]["accuracy"] == 0.5  # 4 of the step's 8 rows score ≥ 1
+    assert result.history[-1]["eval/accuracy"] == 0.5  # 2 of the 4 held-out prompts

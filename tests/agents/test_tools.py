@@ -85,7 +85,7 @@ def test_schema_from_hints_and_docstring() -> None:
 
     with pytest.raises(ValueError, match="needs a docstring"):
         tool_schema(no_doc)
-    with pytest.raises(ValueError, match="cannot import"):
+    with pytest.raises(ValueError, match="no module 'no_such_module_xyz'"):
         resolve_tools(["no_such_module_xyz:f"])
 
 
@@ -100,7 +100,9 @@ def test_parser_reads_calls_and_reports_broken_ones() -> None:
 
 def test_each_bad_call_is_an_error_text_and_a_kind() -> None:
     kinds = [
-        execute_call(c, TOOLS, timeout_s=0.5, max_chars=100).error for c in parse_xml_json(BAD_TURN)
+        # 2 s: room for the others on a busy machine; only sleepy runs that long
+        execute_call(c, TOOLS, timeout_s=2.0, max_chars=100).error
+        for c in parse_xml_json(BAD_TURN)
     ]
     assert kinds == [
         None,
@@ -116,7 +118,7 @@ def test_each_bad_call_is_an_error_text_and_a_kind() -> None:
     started = time.perf_counter()
     result = execute_call(ToolCall("sleepy"), TOOLS, timeout_s=0.3, max_chars=100)
     assert result.text == "error: sleepy timed out after 0.3 s"
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 30  # at its timeout, not when sleepy ends (60 s)
 
 
 def test_bad_calls_are_answered_counted_and_trained_on(ascii_model_dir) -> None:
@@ -143,7 +145,10 @@ def test_bad_calls_are_answered_counted_and_trained_on(ascii_model_dir) -> None:
     RELEASE.set()
     metrics = result.metrics
     expected = {"malformed_json": 2, "unknown_tool": 2, "wrong_arguments": 4, "raised": 2}
-    expected |= {"timeout": 2, "too_long": 2, "bad_arguments": 2, "environment": 0}
+    # too_long: per row the huge result and 5 error texts over the 40-token budget (the
+    # malformed JSON, the unknown tool, both wrong arguments, the bad arguments; the raised
+    # and timeout texts are shorter): every cut is counted, a result's or an error's.
+    expected |= {"timeout": 2, "too_long": 12, "bad_arguments": 2, "environment": 0}
     assert {k: metrics[f"agent/{k}/errors"] for k in expected} == expected
     assert metrics["agent/tool_calls/mean"] == 9 and metrics["agent/turns/mean"] == 2
     tool_messages = [m for m in result.conversations[0] if m["role"] == "tool"]

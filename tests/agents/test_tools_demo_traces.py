@@ -31,4 +31,5 @@ def test_a_warm_start_trace_equals_the_rollout_of_the_same_turns() -> None:
     ids, mask = trace_ids(tools_chat(tokenizer), row, use_tool=True)
     assert rolled == ids
     assert rolled_mask == mask
-    assert result.conversations[0][2] == {"role": "tool", "name": "mul", "content": "1786"}
+    tool_message = {"role": "tool", "name": "mul", "content": "1786", "author": "tool"}
+    assert result.conversations[0][2] == tool_message

@@ -115,3 +115,90 @@ def test_report_summary_and_table() -> None:
         "mean numeric_answer (greedy)   0.5",
         "mean numeric_answer (sampled)  0.4375",
     ]
+
+
+# --- what the accuracy is ---------------------------------------------------------------
+
+
+def test_the_environment_reward_is_the_accuracy_when_alone_or_asked() -> None:
+    from grpo.agents.rollout import ENVIRONMENT_REWARD
+    from grpo.config import AgentConfig, ConfigError
+    from grpo.eval.evaluate import correctness_reward, run_accuracy_reward
+    from grpo.rewards import numeric_answer
+
+    env = AgentConfig(environment="my_env:Guess")
+    asked = AgentConfig(environment="my_env:Guess", environment_accuracy=True)
+    builtin = RewardFunction(name="numeric_answer", fn=numeric_answer)  # is_accuracy
+    plain = RewardFunction(name="length", fn=length_reward)
+    marked = RewardFunction(name="length", fn=length_reward, accuracy=True)
+    assert run_accuracy_reward([], env) is ENVIRONMENT_REWARD  # the only reward
+    assert run_accuracy_reward([builtin], env) is builtin  # a reward beside it: as before
+    assert run_accuracy_reward([plain], env) is None
+    assert run_accuracy_reward([builtin, plain], asked) is ENVIRONMENT_REWARD
+    assert run_accuracy_reward([builtin], AgentConfig()) is builtin  # no environment
+    with pytest.raises(ConfigError, match="'length' already sets accuracy = true"):
+        run_accuracy_reward([marked], asked)
+    with pytest.raises(ConfigError, match=r"environment_accuracy needs an agent\.environment"):
+        run_accuracy_reward([builtin], AgentConfig(environment_accuracy=True))
+    with pytest.raises(ConfigError, match=r"or agent\.environment_accuracy = true"):
+        correctness_reward("", [plain], env)
+
+
+# --- the engine grpo eval samples with ------------------------------------------------------
+
+
+def _config(tiny_model_dir, arithmetic_jsonl, *overrides: str):
+    from grpo.config import load_config
+
+    return load_config(
+        None,
+        [
+            f"model.path='{tiny_model_dir}'",
+            f"data.train_path='{arithmetic_jsonl}'",
+            "rewards=[{function='grpo.rewards:numeric_answer'}]",
+            *overrides,
+        ],
+    )
+
+
+def test_grpo_eval_samples_with_the_trainers_engine(tiny_model_dir, arithmetic_jsonl) -> None:
+    """The rollout.* keys reach eval's engine through the trainer's factory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo.cli.eval_command import eval_engine
+    from grpo.rollout.hf_engine import TransformersEngine
+
+    config = _config(tiny_model_dir, arithmetic_jsonl, "rollout.max_sequences_per_batch=3")
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).eval()
+    engine = eval_engine(config, model, tokenizer, max_new_tokens=5)
+    assert isinstance(engine, TransformersEngine) and engine.model is model
+    assert engine.max_sequences_per_batch == 3 and engine.all_done is None
+    assert (
+        engine.decode is not None and engine.decode([tokenizer.convert_tokens_to_ids("7")]) == "7"
+    )
+
+
+def test_grpo_eval_without_vllm_fails_as_grpo_train_does(
+    monkeypatch, capsys, tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
+    """rollout.engine = "vllm" without vLLM: train's one-line error, no built-in fallback."""
+    import sys
+
+    from grpo.cli.main import main
+    from grpo.config import ConfigError
+    from grpo.training.loop import train
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm → ImportError
+    config = _config(
+        tiny_model_dir, arithmetic_jsonl, "rollout.engine='vllm'", f"train.run_dir='{tmp_path}'"
+    )
+    with pytest.raises(ConfigError) as trained:
+        train(config, verbose=False)
+    out = tmp_path / "eval.json"
+    args = [str(tiny_model_dir), "--data", str(arithmetic_jsonl), "--json", str(out)]
+    assert main(["eval", *args, "--rollout.engine=vllm"]) == 2
+    printed = capsys.readouterr()
+    assert printed.err == f"grpo eval: error: {trained.value}\n"
+    assert "pip install 'grpo[vllm]'" in printed.err and printed.out == ""
+    assert not out.exists()

@@ -11,6 +11,8 @@ import pytest
 from grpo.log.report import PLOTS, draw_plot, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The run is single-turn: the agent plots are left out of its report.
+SHOWN = [plot for plot in PLOTS if not plot.only_with]
 HOSTILE = '<script>console.error("injected")</script><img src="nowhere.png"> a < b & c'
 
 
@@ -34,7 +36,8 @@ def report_page(trained_run_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 def test_every_plot_is_a_valid_png(report_page: Path) -> None:
     image = pytest.importorskip("matplotlib.image")
-    for plot in PLOTS:
+    assert not list(report_page.parent.glob("agent_*.png"))
+    for plot in SHOWN:
         path = report_page.parent / plot.file
         assert path.read_bytes()[:8] == PNG_SIGNATURE, plot.file
         pixels = image.imread(path)
@@ -70,7 +73,7 @@ def test_page_parses_links_every_plot_and_escapes_completions(report_page: Path)
     source = report_page.read_text()
     parts = _PageParts()
     parts.feed(source)
-    assert parts.images == [plot.file for plot in PLOTS]
+    assert parts.images == [plot.file for plot in SHOWN]
     assert all((report_page.parent / src).read_bytes()[:8] == PNG_SIGNATURE for src in parts.images)
     assert parts.scripts == 0  # the injected <script> stayed text
     assert HOSTILE in "".join(parts.text)  # shown verbatim
@@ -115,7 +118,7 @@ def load_in_chromium(page: Path) -> tuple[list[str], list[list]]:
 def test_page_loads_in_headless_chromium_without_console_errors(report_page: Path) -> None:
     errors, images = load_in_chromium(report_page)
     assert errors == []
-    assert images == [[plot.file, 640, 360] for plot in PLOTS]  # every plot decoded
+    assert images == [[plot.file, 640, 360] for plot in SHOWN]  # every plot decoded
 
 
 def test_the_chromium_check_does_catch_errors(tmp_path: Path) -> None:

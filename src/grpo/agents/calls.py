@@ -3,21 +3,19 @@ and a counted kind (``agent/<kind>/errors``), never an exception in the trainer.
 
 Kinds: ``malformed_json`` and ``bad_arguments`` (from the parser), ``unknown_tool``,
 ``wrong_arguments`` (names or JSON types that do not fit the signature), ``raised``,
-``timeout`` (the call outlived ``timeout_s``; it keeps running in its daemon thread, since
-Python cannot stop a thread, and its result is ignored) and ``too_long`` (a result over
-``max_chars`` characters is cut; the model sees the cut and a note).
+``timeout`` (the call outlived ``timeout_s``; see :mod:`grpo.agents.call_pool` for what
+becomes of it) and ``too_long`` (a result over ``max_chars`` characters is cut; the model
+sees the cut and a note). Calls that can run are :class:`Call` s for
+:func:`~grpo.agents.call_pool.run_calls`, which runs a turn's calls side by side.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from grpo.agents.call_pool import Call, CallTimeout, Outcome, run_calls
 from grpo.agents.parser import Parsed, ParseFailure
 from grpo.agents.tools import argument_problem, tool_schema
 
@@ -29,54 +27,56 @@ class CallResult:
     seconds: float
 
 
-class CallTimeout(Exception):
-    """A call outlived its timeout."""
+# A raised exception's message can be anything: its text is bounded here (and then, as
+# every tool message, by max_tool_response_tokens).
+ERROR_CHARS = 500
 
 
-def call_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` in a daemon thread (a hung call must not block the trainer or
-    its exit); its exception is re-raised here; :class:`CallTimeout` after ``timeout_s``
-    (0: no limit)."""
-    future: Future = Future()
-
-    def target() -> None:
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # reported in the caller's thread
-            future.set_exception(error)
-
-    threading.Thread(target=target, name="agent-call", daemon=True).start()
-    try:
-        return future.result(timeout=timeout_s if timeout_s > 0 else None)
-    except FutureTimeout:
-        raise CallTimeout(f"timed out after {timeout_s:g} s") from None
-
-
-def execute_call(
-    call: Parsed, tools: dict[str, Callable[..., Any]], timeout_s: float, max_chars: int
-) -> CallResult:
-    """One parsed call → its result text (or error text) and error kind."""
-    started = time.perf_counter()
-
-    def done(text: str, error: str | None = None) -> CallResult:
-        return CallResult(text, error, time.perf_counter() - started)
-
+def prepare_call(
+    call: Parsed, tools: dict[str, Callable[..., Any]], timeout_s: float, isolated: bool
+) -> Call | CallResult:
+    """A parsed call → the :class:`Call` to run, or at once the result of one that cannot
+    run (it did not parse, names no tool, or its arguments do not fit the signature)."""
     if isinstance(call, ParseFailure):
-        return done(call.message, call.kind)
+        return CallResult(call.message, call.kind, 0.0)
     if call.name not in tools:
-        return done(f"error: unknown tool {call.name!r}; tools: {sorted(tools)}", "unknown_tool")
+        text = f"error: unknown tool {call.name!r}; tools: {sorted(tools)}"
+        return CallResult(text, "unknown_tool", 0.0)
     fn = tools[call.name]
     problem = argument_problem(tool_schema(fn), call.arguments)
     if problem is not None:
-        return done(f"error: {problem}", "wrong_arguments")
-    try:
-        value = call_with_timeout(fn, timeout_s, **call.arguments)
-    except CallTimeout as error:
-        return done(f"error: {call.name} {error}", "timeout")
-    except Exception as error:
-        return done(f"error: {call.name} raised {type(error).__name__}: {error}"[:500], "raised")
+        return CallResult(f"error: {problem}", "wrong_arguments", 0.0)
+    return Call(fn, kwargs=dict(call.arguments), timeout_s=timeout_s, isolated=isolated)
+
+
+def finish_call(name: str, outcome: Outcome, max_chars: int) -> CallResult:
+    """A run call's outcome → the text the model reads and its error kind. A raised error's
+    text is at most ``ERROR_CHARS`` characters; a result over ``max_chars`` is cut
+    (``too_long``)."""
+    error, seconds = outcome.error, outcome.seconds
+    if isinstance(error, CallTimeout):
+        return CallResult(f"error: {name} {error}", "timeout", seconds)
+    if error is not None:
+        text = f"error: {name} raised {type(error).__name__}: {error}"
+        return CallResult(text[:ERROR_CHARS], "raised", seconds)
+    value = outcome.value
     text = value if isinstance(value, str) else repr(value)
     if len(text) > max_chars:
         note = f"\n[cut: {len(text)} characters, the first {max_chars} shown]"
-        return done(text[:max_chars] + note, "too_long")
-    return done(text)
+        return CallResult(text[:max_chars] + note, "too_long", seconds)
+    return CallResult(text, None, seconds)
+
+
+def execute_call(
+    call: Parsed,
+    tools: dict[str, Callable[..., Any]],
+    timeout_s: float,
+    max_chars: int,
+    isolated: bool = False,
+) -> CallResult:
+    """One parsed call → its result text (or error text) and error kind."""
+    prepared = prepare_call(call, tools, timeout_s, isolated)
+    if isinstance(prepared, CallResult):
+        return prepared
+    (outcome,) = run_calls([prepared], workers=1)
+    return finish_call(call.name, outcome, max_chars)

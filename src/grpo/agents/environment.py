@@ -21,16 +21,24 @@ episode is over. The G members of a group start from the same state by construct
 environment is created and reset per prompt, and each member gets a deep copy of it.
 A constructor, ``reset`` or ``step`` that raises or outlives ``agent.env_timeout_s`` is
 handled by ``agent.env_on_error``, as a reward's ``on_error``: ``fail`` stops the run
-naming the environment and the row, ``zero`` ends the row with reward 0, ``skip_group``
-ends it and leaves its group out of training.
+naming the environment, the dataset file and row; ``zero`` ends the row with a total reward
+of 0 (its ``[[rewards]]`` scores do not count); ``skip_group`` ends it and leaves its group
+out of training (see :mod:`grpo.agents.replies`).
+
+Steps of different rows run side by side on threads (``agent.tool_workers``): an
+environment must keep its state in itself, and any randomness in a ``random.Random`` of its
+own seeded from the row (``random.Random(row["id"])``, say), never the global ``random``
+module, whose draws would interleave differently from run to run and between processes.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+
+from grpo.config.errors import ConfigError
+from grpo.config.imports import import_object
 
 
 class Environment(Protocol):
@@ -43,25 +51,23 @@ class EnvironmentError_(RuntimeError):
     """An environment failed under ``env_on_error = "fail"``; names it and the row."""
 
 
-def resolve_environment(spec: str) -> Callable[[dict[str, Any]], Environment]:
-    """``module:Class`` → the class, checked for ``reset`` and ``step``."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), attribute, None)
-    except ImportError as error:
-        raise ValueError(f"agent.environment: {spec!r}: cannot import: {error}") from None
-    if cls is None or not all(callable(getattr(cls, m, None)) for m in ("reset", "step")):
-        raise ValueError(f"agent.environment: {spec!r} is not a class with reset() and step()")
+def resolve_environment(
+    spec: str, search_dirs: Sequence[str] = ()
+) -> Callable[[dict[str, Any]], Environment]:
+    """``module:Class`` or ``path/file.py:Class`` → the class, checked for ``reset`` and
+    ``step``; modules are looked for in ``search_dirs`` first (:mod:`grpo.config.imports`)."""
+    field = "agent.environment"
+    cls = import_object(spec, search_dirs, field)
+    name = spec.rpartition(":")[2]
+    if not inspect.isclass(cls):
+        raise ConfigError(f"{field}: {spec!r}: {name} is a {type(cls).__name__}, not a class")
+    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        lacks = " and ".join(f"{m}()" for m in missing)
+        raise ConfigError(
+            f"{field}: {spec!r}: class {name} lacks {lacks} (an environment has reset() and step())"
+        )
     return cls
-
-
-def group_copies(environment: Environment, group_size: int) -> list[Environment]:
-    """G deep copies of one reset environment: every member starts from its state."""
-    try:
-        return [copy.deepcopy(environment) for _ in range(group_size)]
-    except Exception as error:
-        name = type(environment).__name__
-        raise EnvironmentError_(f"environment {name}: cannot be deep-copied: {error}") from None
 
 
 def check_step(value: Any, name: str) -> tuple[str | None, float | None, bool]:

@@ -7,7 +7,9 @@ with the tools offered (:mod:`grpo.agents.chat`). Then, turn after turn, the eng
 :class:`~grpo.rollout.turns.TurnSession` samples one assistant turn for every live row;
 a turn's tool calls are executed (:mod:`grpo.agents.calls`) and their results inserted as
 tool messages; a turn without a call goes to the environment's ``step`` (no environment:
-the row is done). A row ends when it is done, its turn was cut at the token budget, or
+the row is done). A turn's calls and steps over all rows run side by side
+(:mod:`grpo.agents.replies`); a process opens only the prompts of its own rows. A row
+ends when it is done, its turn was cut at the token budget, or
 ``max_turns`` turns were sampled (counted: ``agent/cut_at_max_turns_frac``).
 
 What is trained on is exactly the sampled ids plus the inserted ids
@@ -17,16 +19,13 @@ model's ids only, so the loss, KL, entropy and every normalizer skip inserted to
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from grpo.agents.calls import CallTimeout, call_with_timeout, execute_call
-from grpo.agents.chat import ChatFormat
-from grpo.agents.environment import Environment, EnvironmentError_, check_step, group_copies
-from grpo.agents.parser import Parsed
+from grpo.agents.replies import Opening, Row, open_prompts, reply_to_turn
+from grpo.agents.settings import AgentSettings
 from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import Rollout, RolloutRequest, SamplingParams
 from grpo.rollout.turns import Trajectory, TurnEngine, assemble_trajectories
@@ -42,33 +41,22 @@ ERROR_KINDS = (
     "environment",
 )
 
-
-@dataclass(frozen=True)
-class AgentSettings:
-    """The ``[agent]`` section, resolved (see :mod:`grpo.agents.environment`, ``tools``)."""
-
-    chat: ChatFormat
-    tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    parser: Callable[[str], list[Parsed]] | None = None
-    environment: Callable[[dict[str, Any]], Environment] | None = None
-    max_turns: int = 4
-    max_tool_response_tokens: int = 256
-    tool_timeout_s: float = 10.0
-    env_timeout_s: float = 30.0
-    env_on_error: str = "fail"  # "fail" | "zero" | "skip_group"
-    system_prompt: str = ""
+__all__ = ["ENVIRONMENT_REWARD", "AgentRollout", "AgentSettings", "agent_rollout"]
 
 
 @dataclass
 class AgentRollout:
-    """A block's trajectories and what the rewards and metrics need of them."""
+    """A block's trajectories and what the rewards, metrics and logs need of them."""
 
     rollout: Rollout
     completions: list[str]  # the model's turns, joined by newlines
-    conversations: list[list[dict[str, Any]]]  # every message, the opening ones included
+    conversations: list[list[dict[str, Any]]]  # every message (role, content, author)
+    rendered_prompts: list[str]  # the prompt as the model read it (special tokens kept)
+    turn_tokens: list[list[list[int]]]  # per turn: [model tokens, tokens inserted after it]
     env_reward: list[float]  # the environment's rewards, summed (0.0 without any)
     env_rewarded: bool  # some environment gave a reward
-    skip: list[bool]  # an environment failed under env_on_error = "skip_group"
+    failed: list[bool]  # the row's environment failed (env_on_error zero or skip_group)
+    skip: list[bool]  # … under env_on_error = "skip_group"
     block_metrics: dict[str, float]  # what reduces over blocks by the metric table
     inserted_tokens: int  # over the block's rows
     model_tokens: int
@@ -83,19 +71,12 @@ class AgentRollout:
     @property
     def columns(self) -> dict[str, list[Any]]:
         """What reward functions get beside the dataset's columns, one value per row."""
-        return {"conversation": self.conversations, "env_reward": self.env_reward}
-
-
-@dataclass
-class _Row:
-    trajectory: Trajectory
-    messages: list[dict[str, Any]]
-    environment: Environment | None
-    turns: list[str] = field(default_factory=list)
-    tool_calls: int = 0
-    reward: float = 0.0
-    rewarded: bool = False
-    failed: bool = False
+        return {
+            "conversation": self.conversations,
+            "env_reward": self.env_reward,
+            "rendered_prompt": self.rendered_prompts,
+            "turn_tokens": self.turn_tokens,
+        }
 
 
 def agent_rollout(
@@ -106,120 +87,102 @@ def agent_rollout(
     generator: torch.Generator | None,
     rows: range,
     settings: AgentSettings,
+    names: list[str] | None = None,
 ) -> AgentRollout:
-    """Rows ``rows`` of the step's len(records)·G multi-turn trajectories."""
-    openings = [_open(record, index, settings) for index, record in enumerate(records)]
-    prompts = [settings.chat.prompt_ids(messages) for messages, _ in openings]
-    request = RolloutRequest(prompts, group_size, params, generator, rows.start, rows.stop)
-    copies: dict[int, list[Environment]] = {}
-    states: list[_Row] = []
+    """Rows ``rows`` of the step's len(records)·G multi-turn trajectories. Only the prompts
+    of these rows are opened (their environments created and reset); ``names[i]`` is how
+    an error names record i (its dataset file and row)."""
+    names = names or [f"prompt {index}" for index in range(len(records))]
+    needed: dict[int, int] = {}
     for row in rows:
-        messages, environment = openings[row // group_size]
-        if environment is not None and row // group_size not in copies:
-            copies[row // group_size] = group_copies(environment, group_size)
-        own = copies[row // group_size][row % group_size] if environment is not None else None
-        states.append(_Row(Trajectory(prompts[row // group_size]), list(messages), own))
+        needed[row // group_size] = needed.get(row // group_size, 0) + 1
+    openings = open_prompts(records, needed, names, settings)
+    prompt_ids = {i: settings.chat.prompt_ids(o.messages) for i, o in openings.items()}
+    # Other processes' prompts are never read by the engine: their ids are left empty.
+    prompts = [prompt_ids.get(index, []) for index in range(len(records))]
+    request = RolloutRequest(prompts, group_size, params, generator, rows.start, rows.stop)
     counts = dict.fromkeys(ERROR_KINDS, 0.0) | {"seconds": 0.0, "cut": 0.0}
-    max_model_tokens = params.max_new_tokens * settings.max_turns
-    session = engine.start_turns(request, max_model_tokens)
+    states = _rows(openings, prompt_ids, rows, group_size, names, counts)
+    live = [index for index, state in enumerate(states) if state.failure is None]
+    session = engine.start_turns(request, params.max_new_tokens * settings.max_turns)
     try:
-        live, inserted = list(range(len(states))), [[] for _ in states]
+        inserted: list[list[int]] = [[] for _ in live]
         for turn in range(settings.max_turns):
+            if not live:
+                break
             outputs = session.generate(live, inserted, [params.max_new_tokens] * len(live))
-            next_live, next_inserted = [], []
+            asking = []
             for index, output in zip(live, outputs, strict=True):
                 state = states[index]
                 state.trajectory.add_turn(output)
                 text = settings.chat.decode(output.token_ids)
                 state.turns.append(text)
+                state.turn_tokens.append([len(output.token_ids), 0])
                 state.messages.append({"role": "assistant", "content": text})
-                if not output.stopped:
-                    continue  # cut at the token budget: the row ends here
-                new = _respond(state, text, rows.start + index, settings, counts)
+                state.authors.append("model")
+                if output.stopped:  # else cut at the token budget: the row ends here
+                    asking.append(index)
+            replies = reply_to_turn(
+                [states[i] for i in asking], [states[i].turns[-1] for i in asking], settings, counts
+            )
+            live, inserted = [], []
+            for index, new in zip(asking, replies, strict=True):
                 if new is None:
                     continue
                 if turn == settings.max_turns - 1:
                     counts["cut"] += 1
                     continue
-                state.messages += new
-                ids = settings.chat.insertion_ids(new)
-                state.trajectory.add_inserted(ids)
-                next_live.append(index)
-                next_inserted.append(ids)
-            live, inserted = next_live, next_inserted
-            if not live:
-                break
+                ids = _insert(states[index], new, settings)
+                live.append(index)
+                inserted.append(ids)
     finally:
         session.close()
     return _result(states, counts, engine, settings)
 
 
-def _open(
-    record: dict[str, Any], index: int, settings: AgentSettings
-) -> tuple[list[dict[str, Any]], Environment | None]:
-    """A prompt's opening messages and its reset environment (None without one)."""
-    if settings.environment is None:
-        system = [{"role": "system", "content": settings.system_prompt}]
-        user = [{"role": "user", "content": record["prompt"]}]
-        return (system if settings.system_prompt else []) + user, None
-    name = getattr(settings.environment, "__name__", "environment")
-    try:
-        environment = call_with_timeout(settings.environment, settings.env_timeout_s, record)
-        messages = call_with_timeout(environment.reset, settings.env_timeout_s)
-    except Exception as error:  # no row can run without its opening: always fatal
-        raise EnvironmentError_(f"environment {name}, prompt {index}: {error!r}") from error
-    if not isinstance(messages, list) or not messages:
-        raise EnvironmentError_(f"environment {name}: reset() must return a list of messages")
-    return messages, environment
+def _rows(
+    openings: dict[int, Opening],
+    prompt_ids: dict[int, list[int]],
+    rows: range,
+    group_size: int,
+    names: list[str],
+    counts: dict[str, float],
+) -> list[Row]:
+    """One :class:`Row` per row of the block, each with its own copy of the environment."""
+    taken = dict.fromkeys(openings, 0)
+    states = []
+    for row in rows:
+        index = row // group_size
+        opening = openings[index]
+        environment = None
+        if opening.failure is None and opening.environments:
+            environment = opening.environments[taken[index]]
+        taken[index] += 1
+        name = f"{names[index]} (step row {row})"
+        state = Row(
+            Trajectory(prompt_ids[index]), list(opening.messages), list(opening.authors),
+            environment, name,
+        )  # fmt: skip
+        if opening.failure is not None:
+            state.fail(opening.failure)
+            counts["environment"] += 1
+        states.append(state)
+    return states
 
 
-def _respond(
-    state: _Row, text: str, row: int, settings: AgentSettings, counts: dict[str, float]
-) -> list[dict[str, Any]] | None:
-    """The messages answering a model turn; None when the row is done."""
-    calls = settings.parser(text) if settings.tools and settings.parser else []
-    if calls:
-        state.tool_calls += len(calls)
-        return [_tool_message(call, settings, counts) for call in calls]
-    if state.environment is None:
-        return None
-    try:
-        value = call_with_timeout(state.environment.step, settings.env_timeout_s, text)
-        observation, reward, done = check_step(value, type(state.environment).__name__)
-    except (CallTimeout, Exception) as error:
-        counts["environment"] += 1
-        if settings.env_on_error == "fail":
-            name = type(state.environment).__name__
-            raise EnvironmentError_(f"environment {name}, row {row}: {error!r}") from error
-        state.failed = True
-        return None
-    if reward is not None:
-        state.reward += reward
-        state.rewarded = True
-    if done:
-        return None
-    return [{"role": "user", "content": observation}] if observation is not None else []
-
-
-def _tool_message(call: Parsed, settings: AgentSettings, counts: dict[str, float]) -> dict:
-    """Execute one call; its result, cut to max_tool_response_tokens, as a tool message."""
-    limit = settings.max_tool_response_tokens
-    # Characters bound the tokenizer's work on a huge result before the token cut.
-    result = execute_call(call, settings.tools, settings.tool_timeout_s, max_chars=16 * limit)
-    counts["seconds"] += result.seconds
-    text = result.text
-    ids = settings.chat.encode(text)
-    if len(ids) > limit:
-        text = settings.chat.decode(ids[:limit]) + " [cut]"
-    if result.error is not None:
-        counts[result.error] += 1
-    elif len(ids) > limit:
-        counts["too_long"] += 1
-    return {"role": "tool", "name": getattr(call, "name", "error"), "content": text}
+def _insert(state: Row, new: list[dict[str, Any]], settings: AgentSettings) -> list[int]:
+    """Append the answering messages to the row; their ids, as the model will read them."""
+    authors = ["tool" if m["role"] == "tool" else "environment" for m in new]
+    state.messages += new
+    state.authors += authors
+    ids = settings.chat.insertion_ids(new)
+    state.trajectory.add_inserted(ids)
+    state.turn_tokens[-1][1] = len(ids)
+    return ids
 
 
 def _result(
-    states: list[_Row], counts: dict[str, float], engine: TurnEngine, settings: AgentSettings
+    states: list[Row], counts: dict[str, float], engine: TurnEngine, settings: AgentSettings
 ) -> AgentRollout:
     trajectories = [state.trajectory for state in states]
     rollout = assemble_trajectories(trajectories, engine.pad_token_id, engine.device)
@@ -237,14 +200,29 @@ def _result(
     return AgentRollout(
         rollout=rollout,
         completions=["\n".join(s.turns) for s in states],
-        conversations=[s.messages for s in states],
-        env_reward=[s.reward for s in states],
+        conversations=[
+            [{**m, "author": a} for m, a in zip(s.messages, s.authors, strict=True)] for s in states
+        ],
+        rendered_prompts=_rendered(trajectories, settings),
+        turn_tokens=[s.turn_tokens for s in states],
+        env_reward=[0.0 if s.failure else s.reward for s in states],
         env_rewarded=any(s.rewarded for s in states),
-        skip=[s.failed and settings.env_on_error == "skip_group" for s in states],
+        failed=[s.failure is not None for s in states],
+        skip=[s.failure is not None and settings.env_on_error == "skip_group" for s in states],
         block_metrics=metrics,
         inserted_tokens=inserted,
         model_tokens=model_tokens,
     )
+
+
+def _rendered(trajectories: list[Trajectory], settings: AgentSettings) -> list[str]:
+    """Each row's prompt as the model read it, special tokens kept; decoded once per prompt
+    (a group's rows share their prompt's id list)."""
+    texts: dict[int, str] = {}
+    for t in trajectories:
+        if id(t.prompt_ids) not in texts:
+            texts[id(t.prompt_ids)] = settings.chat.tokenizer.decode(t.prompt_ids)
+    return [texts[id(t.prompt_ids)] for t in trajectories]
 
 
 def env_token_frac(inserted_tokens: float, model_tokens: float) -> float:

@@ -3,17 +3,21 @@
 A tool's JSON schema (the OpenAI / Hugging Face ``tools=`` form) comes from its signature:
 ``int`` → integer, ``float`` → number, ``str`` → string, ``bool`` → boolean, ``list`` →
 array, ``dict`` → object; a parameter without a default is required; the docstring's
-first paragraph is the description. Tools are named ``module:function`` in the config;
-``python`` is the built-in sandboxed interpreter (:mod:`grpo.agents.python_tool`).
+first paragraph is the description. Tools are named ``module:function`` (or
+``path/to/file.py:function``) in the config; ``python`` is the built-in sandboxed
+interpreter (:mod:`grpo.agents.python_tool`).
 """
 
 from __future__ import annotations
 
-import importlib
+import difflib
 import inspect
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from grpo.config.errors import ConfigError
+from grpo.config.imports import import_object
 
 _JSON_TYPES: dict[Any, str] = {
     int: "integer",
@@ -91,24 +95,42 @@ def argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str |
     return None
 
 
-def resolve_tools(specs: Sequence[str]) -> dict[str, Callable[..., Any]]:
-    """``module:function`` names (or ``python``) → the functions by tool name."""
-    tools: dict[str, Callable[..., Any]] = {}
-    for spec in specs:
-        if spec == "python":
-            from grpo.agents.python_tool import python
+BUILT_IN_TOOLS = ("python",)
 
-            fn: Any = python
-        else:
-            module_name, _, attribute = spec.partition(":")
-            try:
-                fn = getattr(importlib.import_module(module_name), attribute, None)
-            except ImportError as error:
-                raise ValueError(f"agent.tools: {spec!r}: cannot import: {error}") from None
-            if not callable(fn):
-                raise ValueError(f"agent.tools: {spec!r}: {module_name} has no {attribute!r}")
-        tool_schema(fn)  # fails early on a function without hints or a docstring
+
+def resolve_tools(
+    specs: Sequence[str], search_dirs: Sequence[str] = ()
+) -> dict[str, Callable[..., Any]]:
+    """``module:function`` or ``path/file.py:function`` specs (or ``python``) → the
+    functions by tool name, each checked for type hints and a docstring; modules are looked
+    for in ``search_dirs`` first (:mod:`grpo.config.imports`)."""
+    tools: dict[str, Callable[..., Any]] = {}
+    for index, spec in enumerate(specs):
+        field = f"agent.tools[{index}]"
+        fn = _tool(spec, search_dirs, field)
+        try:
+            tool_schema(fn)  # fails at start-up on a function without hints or a docstring
+        except Exception as error:
+            raise ConfigError(f"{field}: {spec!r}: {error}") from None
         if fn.__name__ in tools:
-            raise ValueError(f"agent.tools: two tools are named {fn.__name__!r}")
+            raise ConfigError(f"agent.tools: two tools are named {fn.__name__!r}")
         tools[fn.__name__] = fn
     return tools
+
+
+def _tool(spec: str, search_dirs: Sequence[str], field: str) -> Any:
+    if spec == "python":
+        from grpo.agents.python_tool import python
+
+        return python
+    if ":" not in spec:
+        close = difflib.get_close_matches(spec, BUILT_IN_TOOLS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        raise ConfigError(
+            f"{field}: {spec!r} is not a built-in tool ({', '.join(map(repr, BUILT_IN_TOOLS))})"
+            f"{hint} A tool of your own is 'module:function' or 'path/to/file.py:function'"
+        )
+    fn = import_object(spec, search_dirs, field)
+    if not callable(fn):
+        raise ConfigError(f"{field}: {spec!r} is a {type(fn).__name__}, not a function")
+    return fn

@@ -4,6 +4,10 @@ GRPO's baseline is the group mean; PPO's is a learned value V(s_t) per completio
 (Schulman et al. 2017; the RLHF recipe of Ouyang et al. 2022). These functions turn one
 scalar reward per completion and the critic's values into per-token advantages and the
 critic's regression targets. Masks mean "keep"; completions are right-padded.
+
+Multi-turn rollouts (``grpo.agents``) keep the tokens that tools and the environment
+inserted between the model's turns in the completion columns with mask 0: they get no
+reward, value, advantage or return, and GAE steps over them (see :func:`gae`).
 """
 
 from __future__ import annotations
@@ -14,18 +18,23 @@ import torch
 def terminal_rewards(rewards_B: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     """Place each completion's reward on its last kept token, zero elsewhere, shape (B, T).
 
-    Example:
+    The last kept token is the highest position with mask 1: a multi-turn row's last model
+    token, wherever inserted (mask 0) tokens sit before it.
+
+    Example (the last row: model, model, inserted, model, padding):
         >>> terminal_rewards(torch.tensor([2.0, 5.0]), torch.tensor([[1, 1, 0], [1, 1, 1]]))
         tensor([[0., 2., 0.],
                 [0., 0., 5.]])
+        >>> terminal_rewards(torch.tensor([3.0]), torch.tensor([[1, 1, 0, 1, 0]]))
+        tensor([[0., 0., 0., 3., 0.]])
     """
-    lengths_B = mask_BT.long().sum(dim=1)
+    keep_BT = mask_BT.bool()
+    positions_T = torch.arange(mask_BT.shape[1], device=mask_BT.device)
+    last_B = torch.where(keep_BT, positions_T, -1).max(dim=1).values
     rewards_BT = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)
-    has_tokens_B = lengths_B > 0
+    has_tokens_B = last_B >= 0
     rows_B = torch.arange(mask_BT.shape[0], device=mask_BT.device)[has_tokens_B]
-    rewards_BT[rows_B, lengths_B[has_tokens_B] - 1] = rewards_B.float().to(mask_BT.device)[
-        has_tokens_B
-    ]
+    rewards_BT[rows_B, last_B[has_tokens_B]] = rewards_B.float().to(mask_BT.device)[has_tokens_B]
     return rewards_BT
 
 
@@ -39,11 +48,17 @@ def gae(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016), per token; (advantages, returns).
 
-    δ_t = r_t + γ·V_{t+1} − V_t,   A_t = δ_t + γ·λ·A_{t+1},   R_t = A_t + V_t,
+    Over each row's kept tokens t_1 < t_2 < … < t_n (mask 1), with V_{t_{n+1}} = A_{t_{n+1}} = 0:
 
-    with V and A zero after each completion's last kept token (the episode ends there), so
-    the last token's δ is r − V. Masked positions get A = R = 0. λ = 1 gives the Monte-Carlo
-    return minus V; λ = 0 the one-step TD error.
+    δ_{t_k} = r_{t_k} + γ·V_{t_{k+1}} − V_{t_k},   A_{t_k} = δ_{t_k} + γ·λ·A_{t_{k+1}},
+    R_{t_k} = A_{t_k} + V_{t_k},
+
+    so the episode ends at the last kept token (its δ is r − V). Masked positions get
+    A = R = 0 and are no time step: the kept tokens are the trajectory, and a masked run
+    between two of them (a multi-turn row's tool or environment tokens) is stepped over,
+    costing no γ or λ factor; V at the next kept token already sees those tokens. For a
+    single-turn completion (kept tokens, then padding) this is the usual recursion. λ = 1
+    gives the Monte-Carlo return minus V; λ = 0 the one-step TD error.
 
     Example (γ = 1, λ = 1, one token of reward 1 after V = 0.5, 0.25):
         >>> gae(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.25]]), torch.ones(1, 2),
@@ -59,7 +74,10 @@ def gae(
         delta_B = rewards_BT[:, t] + gamma * next_value_B - values_BT[:, t]
         advantage_B = (delta_B + gamma * lam * next_advantage_B) * keep_BT[:, t]
         advantages_BT[:, t] = advantage_B
-        next_value_B, next_advantage_B = values_BT[:, t], advantage_B
+        # A masked position passes the next kept token's V and A on unchanged.
+        kept_B = keep_BT[:, t].bool()
+        next_value_B = torch.where(kept_B, values_BT[:, t], next_value_B)
+        next_advantage_B = torch.where(kept_B, advantage_B, next_advantage_B)
     return advantages_BT, (advantages_BT + values_BT) * keep_BT
 
 

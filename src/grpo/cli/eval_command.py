@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from grpo.cli.common import Commands, bad_overrides, quiet_transformers
+from grpo.cli.common import Commands, bad_overrides, import_user_code, quiet_transformers
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from grpo.config import Config
+    from grpo.rollout.engine import RolloutEngine
 
 
 def eval_config(args: argparse.Namespace, overrides: list[str]):
@@ -29,30 +36,38 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from grpo.eval.evaluate import correctness_reward, evaluate_model
     from grpo.models.loading import load_reference, load_tokenizer, pick_device
     from grpo.rewards.resolve import resolve_reward_functions
+    from grpo.training.engines import check_engine_available
     from grpo.training.setup import load_dataset_for
     from grpo.training.setup_rollouts import agent_settings
 
     if bad_overrides("eval", overrides):
         return 2
     config = eval_config(args, overrides)
+    import_user_code(config)  # a bad tool or reward spec fails here, before any model loads
+    check_engine_available(config.rollout.engine)  # as grpo train: before anything loads
     quiet_transformers()
     model_cfg = config.model
     tokenizer = load_tokenizer(model_cfg.path, tokenizer_path=model_cfg.tokenizer_path)
-    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
+    agentic = config.agent.enabled
+    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data, agent=agentic)
     device = pick_device(model_cfg.device)
     model = load_reference(model_cfg.path, device, dtype=model_cfg.dtype)  # frozen, eval mode
-    rewards = resolve_reward_functions(config.rewards)
+    rewards = resolve_reward_functions(config.rewards, config.train.import_dirs)
     ks = sorted({int(k) for k in args.k.split(",")}) if args.samples else []
-    agent = agent_settings(config.agent, tokenizer) if config.agent.enabled else None
+    agent = None
+    if config.agent.enabled:
+        dirs = config.train.import_dirs
+        agent = agent_settings(config.agent, tokenizer, config.data, import_dirs=dirs)
+    max_new_tokens = (
+        args.max_new_tokens or config.eval.max_new_tokens or config.rollout.max_new_tokens
+    )
     report = evaluate_model(
         model,
         tokenizer,
         dataset,
         rewards,
-        correctness_reward(config.eval.reward, rewards),
-        max_new_tokens=args.max_new_tokens
-        or config.eval.max_new_tokens
-        or config.rollout.max_new_tokens,
+        correctness_reward(config.eval.reward, rewards, config.agent, config.train.import_dirs),
+        max_new_tokens=max_new_tokens,
         samples=args.samples,
         ks=[k for k in ks if k <= args.samples],
         temperature=args.temperature or config.rollout.temperature,
@@ -62,12 +77,28 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         agent=agent,
         # Turns end on the stop strings (a tool call's closing tag) as in training.
         stop_strings=config.rollout.stop_strings if agent else (),
+        engine=eval_engine(config, model, tokenizer, max_new_tokens),
     )
     print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps(report.summary(), indent=2) + "\n")
         print(f"written to {args.json}")
     return 0
+
+
+def eval_engine(
+    config: Config, model: nn.Module, tokenizer: Any, max_new_tokens: int
+) -> RolloutEngine:
+    """What samples: the engine training samples with (``rollout.engine`` and its keys,
+    through the trainer's factory), in this one process; ``max_new_tokens`` is eval's, so
+    vLLM's context has room for its completions."""
+    from dataclasses import replace
+
+    from grpo.training.engines import rollout_engine
+    from grpo.training.runtime.distributed import Dist
+
+    rollout = replace(config.rollout, max_new_tokens=max_new_tokens)
+    return rollout_engine(replace(config, rollout=rollout), model, tokenizer, Dist())
 
 
 def add_eval_parser(commands: Commands) -> None:

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from grpo.cli.common import Commands, bad_overrides, quiet_transformers
+from grpo.cli.common import Commands, bad_overrides, import_user_code, quiet_transformers
 from grpo.models.threads import apply_threads
 
 
@@ -23,6 +23,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         overrides = [*overrides, "--train.resume=true"]
     quiet = ["--train.quiet=true"] if args.quiet else []
     config = load_config(args.config, overrides + quiet)
+    import_user_code(config)  # a bad tool or reward spec fails here, before any model loads
     quiet_transformers()
     rollout = config.rollout  # local asynchronous workers take CPUs of their own
     local_workers = rollout.mode == "async" and rollout.backend == "local"

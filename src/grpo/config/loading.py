@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grpo.config.errors import ConfigError
+from grpo.config.imports import import_dirs
 from grpo.config.sections import Config
 from grpo.config.validation import validate
 
@@ -30,9 +31,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{path}: invalid TOML: {error}") from None
     for override in overrides or []:
         _apply_override(data, override)
-    config = _build(Config, data, "")
+    config = _with_import_dirs(_build(Config, data, ""), path)
     validate(config)
     return config
+
+
+def _with_import_dirs(config: Config, path: str | Path | None) -> Config:
+    """``train.import_dirs`` made absolute from where the config file is: only loading knows
+    that, and workers in other processes or on other machines resolve the same specs."""
+    dirs = import_dirs(path, config.train.import_dirs)
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, import_dirs=dirs))
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

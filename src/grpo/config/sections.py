@@ -230,6 +230,10 @@ class TrainConfig:
     # torch CPU threads (grpo train/demo); 0 = $OMP_NUM_THREADS, else usable CPUs − busy ones
     threads: int = 0
     run_dir: str = "runs/grpo"  # metrics, checkpoints and the final model go here
+    # folders searched, before sys.path, for the module:name and file.py:name of tools, the
+    # environment and reward functions; [] = the config file's folder, then the working
+    # directory. Relative ones are from the config's folder; loading makes them absolute
+    import_dirs: list[str] = field(default_factory=list)
     save_every: int = 0  # 0 = only the final save
     keep_checkpoints: int = 2  # the newest K of RUN_DIR/checkpoints/step-* are kept
     resume: bool = False  # continue from RUN_DIR/checkpoints/latest when present
@@ -240,6 +244,9 @@ class TrainConfig:
     quiet: bool = False  # no progress bar: one plain line every log_every steps (logs, CI)
     # steps between tables of the step's completions (completions.jsonl, backends); 0 = never
     completions_every: int = 10
+    # the completion tables also hold each row's ids as trained on, padding left out:
+    # prompt_ids, completion_ids (inserted tokens included) and model_mask (1 = the model's)
+    log_token_ids: bool = False
     wandb_project: str = ""  # log to Weights & Biases in this project ("" = off; `wandb` extra)
     trackio_project: str = ""  # log to trackio under this project ("" = off; `trackio` extra)
     # phrases counted as self-correction in reasoning/self_correction_rate (case-insensitive,
@@ -271,6 +278,15 @@ class AgentConfig:
     tool_timeout_s: float = 10.0  # per tool call; 0 = no limit
     env_timeout_s: float = 30.0  # per environment call (constructor, reset, step); 0 = no limit
     env_on_error: Literal["fail", "zero", "skip_group"] = "fail"  # a raising or hung environment
+    # true: the environment's reward (summed) is the accuracy reward, ≥ 1 = correct (accuracy,
+    # groups/*, the curriculum, grpo eval); false: only when no [[rewards]] table is set
+    environment_accuracy: bool = False
+    # a turn's tool calls and environment steps run this many at a time (results are
+    # applied in row order: the same trajectories whatever the number)
+    tool_workers: int = 8
+    # "process": each tool call in a worker process, killed at tool_timeout_s (the tool must
+    # be importable by module name); "thread": in threads, a hung call's thread runs on
+    tool_isolation: Literal["thread", "process"] = "thread"
 
     @property
     def enabled(self) -> bool:

@@ -84,24 +84,6 @@ CROSS_FIELD: dict[str, Rule] = {
         lambda c: len(c.rewards) >= 1 or bool(c.agent.environment),
         "rewards: at least one [[rewards]] table is needed (or an agent.environment)",
     ),
-    "agent_ppo": Rule(
-        lambda c: not (c.agent.enabled and c.algorithm.estimator == "ppo"),
-        "agent (multi-turn rollouts) needs algorithm.estimator = 'grpo' "
-        "(the critic would value environment tokens)",
-    ),
-    "agent_fsdp": Rule(
-        lambda c: not (c.agent.enabled and c.distributed.strategy == "fsdp"),
-        "agent (multi-turn rollouts) is not supported with distributed.strategy = 'fsdp'",
-    ),
-    "agent_chat_template": Rule(
-        lambda c: not (c.agent.enabled and c.data.chat_template),
-        "agent renders the conversation itself (with the tokenizer's chat template when it "
-        "has one): data.chat_template must be false",
-    ),
-    "agent_overlong": Rule(
-        lambda c: not (c.agent.enabled and c.algorithm.overlong_buffer > 0),
-        "algorithm.overlong_buffer is per completion: not supported with agent",
-    ),
     "sync_every": Rule(
         lambda c: c.rollout.mode == "sync" or c.rollout.sync_every <= c.rollout.max_staleness + 1,
         "rollout.sync_every = {c.rollout.sync_every} must be ≤ rollout.max_staleness + 1 = "
@@ -212,10 +194,7 @@ _TABLE = """
     agent.max_tool_response_tokens ≥ 1
     agent.tool_timeout_s ≥ 0
     agent.env_timeout_s ≥ 0
-    @agent_ppo
-    @agent_fsdp
-    @agent_chat_template
-    @agent_overlong
+    agent.tool_workers ≥ 1
     rollout.workers ≥ 1
     rollout.max_staleness ≥ 0
     rollout.sync_every ≥ 1

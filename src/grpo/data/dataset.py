@@ -28,9 +28,15 @@ class PromptDataset:
     prompt_token_ids: list[list[int]]
     columns: dict[str, list[Any]]
     skipped: dict[str, list[int]] = field(default_factory=dict)
+    row_numbers: list[int] = field(default_factory=list)  # each prompt's row in the file
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+    def where(self, index: int) -> str:
+        """How an error names prompt ``index``: its file and row (a JSONL file's line)."""
+        number = self.row_numbers[index] if self.row_numbers else index + 1
+        return f"{self.source}: row {number}"
 
     def describe_skipped(self) -> str:
         """'3 rows skipped: 2 over max_prompt_tokens (rows 4, 9), …' or ''."""
@@ -124,7 +130,7 @@ def load_prompt_dataset(
     column_map = dict(column_map or {})
     _check_first_row(path, rows[0][1], prompt_column, column_map, answer_format, skip_bad_rows)
     own_columns, required = _column_plan(rows[0][1], prompt_column, column_map)
-    prompts, token_ids, tasks = [], [], []
+    prompts, token_ids, tasks, numbers = [], [], [], []
     for row_number, row in rows:
         where = f"{path}: row {row_number}"
         problem = _row_problem(row, prompt_column, required)
@@ -146,6 +152,7 @@ def load_prompt_dataset(
         prompts.append(prompt)
         token_ids.append(fitted)
         tasks.append(task)
+        numbers.append(row_number)
     if not prompts:
         raise DataError(f"{path}: no usable row ({sum(map(len, skipped.values()))} skipped)")
     column_names = own_columns + [name for name in column_map if name not in own_columns]
@@ -155,6 +162,7 @@ def load_prompt_dataset(
         prompt_token_ids=token_ids,
         columns={name: [task[name] for task in tasks] for name in column_names},
         skipped=skipped,
+        row_numbers=numbers,
     )
 
 

@@ -1,10 +1,10 @@
 """Evaluation: greedy accuracy, and pass@k from sampled completions (``grpo eval``).
 
-A completion is correct when the correctness reward (``eval.reward``, or the first
-accuracy reward) scores it ≥ 1. With agent settings (the ``[agent]`` section) each
-completion is a multi-turn trajectory (:mod:`grpo.agents.rollout`): the model's turns are
-the completion, rewards also get the conversation, an environment's own reward is scored
-as ``environment``, and the agent metrics (``agent/*``) are reported.
+A completion is correct when the correctness reward (``eval.reward``, else the run's
+accuracy reward: :func:`run_accuracy_reward`) scores it ≥ 1. With agent settings (the
+``[agent]`` section) each completion is a multi-turn trajectory (:mod:`grpo.agents.rollout`):
+the model's turns are the completion, rewards also get the conversation, an environment's
+own reward is scored as ``environment``, and the agent metrics (``agent/*``) are reported.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from torch import nn
 
 from grpo.agents.rollout import ENVIRONMENT_REWARD, AgentSettings, agent_rollout
 from grpo.config.errors import ConfigError
+from grpo.config.sections import AgentConfig
 from grpo.data.dataset import PromptDataset
 from grpo.eval.report import EvalReport
 from grpo.models.loading import eos_token_ids
@@ -84,15 +85,43 @@ def greedy_accuracy(
     return (scores.per_function[reward.name] >= 1.0).float().mean().item()
 
 
-def correctness_reward(eval_reward: str, rewards: list[RewardFunction]) -> RewardFunction:
-    """``eval_reward`` ("module:function") when set, else the run's accuracy reward."""
+def run_accuracy_reward(
+    rewards: Sequence[RewardFunction], agent: AgentConfig
+) -> RewardFunction | None:
+    """What a run's accuracy is measured by (a value ≥ 1 is correct), in training and in
+    ``grpo eval`` alike: the environment's reward (summed over its steps) when
+    ``agent.environment_accuracy`` is set or when it is the only reward (no ``[[rewards]]``),
+    else the accuracy reward (:func:`~grpo.rewards.resolve.accuracy_reward`), else None."""
+    if agent.environment_accuracy and not agent.environment:
+        raise ConfigError("agent.environment_accuracy needs an agent.environment")
+    if agent.environment and (agent.environment_accuracy or not rewards):
+        marked = [f.name for f in rewards if f.accuracy]
+        if marked:
+            raise ConfigError(
+                f"agent.environment_accuracy: reward {marked[0]!r} already sets accuracy = true"
+                " (one reward is the accuracy)"
+            )
+        return ENVIRONMENT_REWARD
+    return accuracy_reward(rewards)
+
+
+def correctness_reward(
+    eval_reward: str,
+    rewards: list[RewardFunction],
+    agent: AgentConfig | None = None,
+    import_dirs: Sequence[str] = (),
+) -> RewardFunction:
+    """``eval_reward`` ("module:function", looked for in ``import_dirs`` first) when set,
+    else the run's accuracy reward (:func:`run_accuracy_reward`: with ``agent``, possibly
+    the environment's reward)."""
     if eval_reward:
-        return RewardFunction(name=eval_reward, fn=resolve_function(eval_reward))
-    reward = accuracy_reward(rewards)
+        fn = resolve_function(eval_reward, import_dirs, "eval.reward")
+        return RewardFunction(name=eval_reward, fn=fn)
+    reward = run_accuracy_reward(rewards, agent or AgentConfig())
     if reward is None:
         raise ConfigError(
             "no reward is an accuracy reward: set accuracy = true on one [[rewards]] table"
-            " (or eval.reward = 'module:function')"
+            " (or agent.environment_accuracy = true, or eval.reward = 'module:function')"
         )
     return reward
 
@@ -136,6 +165,7 @@ class _Samples:
     completions: list[str]
     columns: dict[str, list[Any]] = field(default_factory=dict)  # multi-turn: conversation, …
     metrics: dict[str, float] = field(default_factory=dict)  # multi-turn: agent/*
+    failed: list[bool] = field(default_factory=list)  # multi-turn: the environment failed
 
 
 def _sample(
@@ -161,8 +191,9 @@ def _sample(
     rows = range(len(records) * per_prompt)
     if not isinstance(engine, TurnEngine):
         raise TypeError(f"{type(engine).__name__} cannot sample turn by turn for [agent]")
-    result = agent_rollout(engine, records, per_prompt, params, generator, rows, agent)
-    return _Samples(result.completions, result.columns, result.metrics)
+    names = [dataset.where(i) for i in range(len(records))]
+    result = agent_rollout(engine, records, per_prompt, params, generator, rows, agent, names)
+    return _Samples(result.completions, result.columns, result.metrics, result.failed)
 
 
 def _score(
@@ -181,7 +212,10 @@ def _score(
     prompts = [prompt for prompt in dataset.prompts for _ in range(per_prompt)]
     scores = score_completions(functions, prompts, samples.completions, columns | samples.columns)
     means = {f.name: scores.per_function[f.name].mean().item() for f in rewards}
-    return means, scores.per_function[correct.name] >= 1.0
+    correct_B = scores.per_function[correct.name] >= 1.0
+    if samples.failed:  # a trajectory whose environment failed is never correct
+        correct_B &= ~torch.tensor(samples.failed, dtype=torch.bool)
+    return means, correct_B
 
 
 @torch.no_grad()

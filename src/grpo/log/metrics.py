@@ -2,8 +2,10 @@
 trackio (optional extras, when a project is named), and the console line.
 
 Every ``train.completions_every`` steps the step's completions (prompt, completion, each
-reward, the total and the advantage) go to ``completions.jsonl`` and, as a table, to the
-same backends. Under torchrun only rank 0 writes, so the table holds rank 0's rows.
+reward, the total and the advantage; an agent run's conversation, and with
+``train.log_token_ids`` the ids trained on: see :mod:`grpo.log.conversations`) go to
+``completions.jsonl`` and, as a table, to the same backends. Under torchrun only rank 0
+writes, so the table holds rank 0's rows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 import torch
 
+from grpo.log.conversations import agent_fields, token_id_fields, transcript
 from grpo.log.metric_table import metric
+from grpo.rollout.engine import Rollout
 
 CONSOLE_KEYS = (
     ("reward/mean", "reward"),
@@ -40,11 +44,13 @@ def completion_rows(
     per_function: dict[str, torch.Tensor],
     total_B: torch.Tensor,
     advantages_B: torch.Tensor,
+    extras: Sequence[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One dict per completion: step, prompt, completion, reward (total), rewards (each
-    function's value) and advantage."""
+    function's value) and advantage, then the row's ``extras`` (a conversation, ids)."""
     values = {name: tensor.tolist() for name, tensor in per_function.items()}
     totals, advantages = total_B.tolist(), advantages_B.tolist()
+    extras = extras if extras is not None else [{} for _ in prompts]
     return [
         {
             "step": step,
@@ -53,8 +59,11 @@ def completion_rows(
             "reward": totals[row],
             "rewards": {name: column[row] for name, column in values.items()},
             "advantage": advantages[row],
+            **extra,
         }
-        for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
+        for row, (prompt, completion, extra) in enumerate(
+            zip(prompts, completions, extras, strict=True)
+        )
     ]
 
 
@@ -71,7 +80,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        values = [row["prompt"], row["completion"], row["reward"]]
+        values = [row["prompt"], transcript(row), row["reward"]]
         values += [row["rewards"][name] for name in names] + [row["advantage"]]
         lines.append("| " + " | ".join(cell(v) for v in values) + " |")
     return "\n".join(lines)
@@ -114,15 +123,18 @@ class MetricsLog:
         enabled: bool = True,
         purge_step: int | None = None,
         completions_every: int = 0,
+        token_ids: bool = False,
         trackers: dict[str, str] | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
         """``purge_step``: TensorBoard hides the earlier events at this step and later ones
-        (a resumed run logs again the steps after its checkpoint)."""
+        (a resumed run logs again the steps after its checkpoint); ``token_ids``: the
+        completion tables hold the ids trained on (``train.log_token_ids``)."""
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
         self.completions_path = run_dir / "completions.jsonl"
         self.completions_every = completions_every
+        self.token_ids = token_ids
         self._writer = None
         self._trackers: list[Any] = []
         if not enabled:
@@ -163,13 +175,26 @@ class MetricsLog:
         completions: Sequence[str],
         scores: Any,
         advantages_B: torch.Tensor,
+        *,
+        columns: dict[str, list[Any]] | None = None,
+        rollout: Rollout | None = None,
     ) -> None:
         """The step's completion table, every ``completions_every`` steps (``scores``: the
-        step's :class:`~grpo.rewards.runner.RewardScores` for these rows)."""
+        step's :class:`~grpo.rewards.runner.RewardScores` for these rows; ``columns``: the
+        producer's, an agent run's conversation among them; ``rollout``: these rows' ids)."""
         if not self.enabled or not self.completions_every or step % self.completions_every:
             return
+        extras = agent_fields(columns or {}, len(prompts))
+        if self.token_ids and rollout is not None:
+            extras = [{**e, **ids} for e, ids in zip(extras, token_id_fields(rollout), strict=True)]
         rows = completion_rows(
-            step, prompts, completions, scores.per_function, scores.total_B, advantages_B.cpu()
+            step,
+            prompts,
+            completions,
+            scores.per_function,
+            scores.total_B,
+            advantages_B.cpu(),
+            extras,
         )
         with self.completions_path.open("a") as handle:
             handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -180,7 +205,7 @@ class MetricsLog:
             names = list(rows[0]["rewards"]) if rows else []
             columns = ["prompt", "completion", "reward", *names, "advantage"]
             data = [
-                [r["prompt"], r["completion"], r["reward"]]
+                [r["prompt"], transcript(r), r["reward"]]
                 + [r["rewards"][n] for n in names]
                 + [r["advantage"]]
                 for r in rows

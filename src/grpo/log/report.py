@@ -5,14 +5,17 @@ The plots (matplotlib, the ``plot`` extra): reward, accuracy, KL, completion len
 zero-variance fraction, clip fraction, gradient norm and loss, the signs of learned
 reasoning (length by estimated difficulty, ``<think>`` length, self-correction rate), the
 split of each step's time, and under asynchronous rollouts the version lag (over steps, and
-as a histogram of the groups trained) and the idle and weight-sync seconds. A metric the
-run did not log gets an empty plot saying so. The page is static (no scripts, nothing
-loaded from outside the folder); every piece of text from the run, prompts and completions
-included, is HTML-escaped.
+as a histogram of the groups trained) and the idle and weight-sync seconds; an agent run
+also gets its turns and tool calls, its shares (tool-call rate, inserted tokens, rows cut at
+max_turns), its errors by kind and its tool seconds, and its sampled conversations, each
+message styled by who wrote it. A metric the run did not log gets an empty plot saying so.
+The page is static (no scripts, nothing loaded from outside the folder); every piece of
+text from the run, prompts and completions included, is HTML-escaped.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import html
 import json
 from dataclasses import dataclass
@@ -20,18 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from grpo.log.metrics import read_completions, read_metrics
-
-SAMPLE_ROWS = 16  # completions shown per sampled step
+from grpo.log.samples import CONVERSATION_STYLE, samples_section
 
 
 @dataclass(frozen=True)
 class Plot:
     file: str
     title: str
-    series: tuple[str, ...]  # metric keys drawn as lines
+    series: tuple[str, ...]  # metric keys drawn as lines; "a/*/b": each such key not all 0
     note: str = ""  # shown when none of the series was logged
     stacked: bool = False  # an area chart of parts of a whole (the step-time split)
     histogram: str = ""  # bars of Σ over steps of the keys PREFIX<n>, by n (series unused)
+    only_with: str = ""  # drawn only for runs that logged a key with this prefix
 
 
 PLOTS = (
@@ -97,7 +100,38 @@ PLOTS = (
         ("async/learner_idle_s", "async/worker_idle_s", "async/sync_s"),
         note="rollout.mode = 'async' logs it",
     ),
+    Plot(
+        "agent_turns.png",
+        "Agents: turns and tool calls per trajectory",
+        ("agent/turns/mean", "agent/tool_calls/mean"),
+        only_with="agent/",
+    ),
+    Plot(
+        "agent_shares.png",
+        "Agents: trajectories with a tool call, cut at max_turns; inserted tokens",
+        ("agent/tool_call_frac", "agent/cut_at_max_turns_frac", "agent/env_token_frac"),
+        only_with="agent/",
+    ),
+    Plot(
+        "agent_errors.png",
+        "Agents: bad tool calls and environment failures, by kind",
+        ("agent/*/errors",),
+        note="no errors of any kind",
+        only_with="agent/",
+    ),
+    Plot(
+        "agent_tool_seconds.png",
+        "Agents: seconds in tool calls per step",
+        ("agent/tool/seconds",),
+        only_with="agent/",
+    ),
 )
+
+
+def plots_for(rows: list[dict[str, Any]]) -> list[Plot]:
+    """The plots of a run: the agent ones only when it logged agent metrics."""
+    logged = {key for row in rows for key in row}
+    return [p for p in PLOTS if not p.only_with or any(k.startswith(p.only_with) for k in logged)]
 
 
 def _smooth(values: list[float], window: int) -> list[float]:
@@ -127,6 +161,25 @@ def _histogram(rows: list[dict[str, Any]], prefix: str) -> dict[int, float]:
     return dict(sorted(totals.items()))
 
 
+def _keys(plot: Plot, rows: list[dict[str, Any]]) -> list[str]:
+    """The series drawn: the named keys the run logged, and for a pattern each key it
+    matches with a value other than 0 (errors of a kind that never happened stay out)."""
+    keys = []
+    for key in plot.series:
+        if "*" not in key:
+            keys += [key] if _series(rows, key)[1] else []
+            continue
+        matched = sorted({k for row in rows for k in row if fnmatch.fnmatchcase(k, key)})
+        keys += [k for k in matched if any(_series(rows, k)[1])]
+    return keys
+
+
+def _empty_reason(plot: Plot, rows: list[dict[str, Any]]) -> str:
+    """Why a plot has no line: its keys were never logged, or were 0 at every step."""
+    logged = any(fnmatch.fnmatchcase(k, key) for row in rows for k in row for key in plot.series)
+    return "0 at every step" if logged else "not logged in this run"
+
+
 def draw_plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
     """One PNG for ``plot`` from the metric rows."""
     from matplotlib.figure import Figure
@@ -138,7 +191,7 @@ def draw_plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
     axes.set_xlabel("step")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
-    drawn = [key for key in plot.series if _series(rows, key)[1]]
+    drawn = _keys(plot, rows)
     if plot.histogram and (bars := _histogram(rows, plot.histogram)):
         axes.bar(list(bars), list(bars.values()))
         axes.set_xlabel("lag (versions)")
@@ -164,7 +217,7 @@ def draw_plot(plot: Plot, rows: list[dict[str, Any]], path: Path) -> None:
         axes.text(
             0.5,
             0.5,
-            f"not logged in this run\n{plot.note}".strip(),
+            f"{_empty_reason(plot, rows)}\n{plot.note}".strip(),
             ha="center",
             va="center",
             transform=axes.transAxes,
@@ -197,23 +250,6 @@ def _summary(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[tuple[s
     return items
 
 
-def _completions_table(rows: list[dict[str, Any]]) -> str:
-    names = list(rows[0]["rewards"]) if rows else []
-    head = "".join(
-        f"<th>{html.escape(name)}</th>"
-        for name in ["prompt", "completion", "reward", *names, "advantage"]
-    )
-    body = []
-    for row in rows[:SAMPLE_ROWS]:
-        numbers = [row["reward"], *(row["rewards"][name] for name in names), row["advantage"]]
-        cells = [
-            f"<td><pre>{html.escape(str(row[k]))}</pre></td>" for k in ("prompt", "completion")
-        ]
-        cells += [f'<td class="num">{value:.3g}</td>' for value in numbers]
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
@@ -237,25 +273,15 @@ def render_page(
     )
     images = "".join(
         f'<figure><img src="{plot.file}" alt="{html.escape(plot.title)}"></figure>'
-        for plot in PLOTS
+        for plot in plots_for(rows)
     )
-    steps = sorted({row["step"] for row in completions})
-    samples = []
-    for step in dict.fromkeys([steps[0], steps[-1]] if steps else []):
-        chosen = [row for row in completions if row["step"] == step]
-        samples.append(
-            f"<h3>Step {step} ({len(chosen)} completions logged; "
-            f"the first {min(SAMPLE_ROWS, len(chosen))} shown)</h3>"
-        )
-        samples.append(_completions_table(chosen))
-    if not samples:
-        samples.append("<p>No completions were logged (train.completions_every = 0).</p>")
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-        f"<h1>{title}</h1>\n<p>Run directory: <code>{html.escape(str(run_dir))}</code></p>\n"
+        f"<title>{title}</title>\n<style>{STYLE}{CONVERSATION_STYLE}</style>\n</head>\n"
+        f"<body>\n<h1>{title}</h1>\n"
+        f"<p>Run directory: <code>{html.escape(str(run_dir))}</code></p>\n"
         f'<table>{summary}</table>\n<h2>Metrics</h2>\n<div class="plots">{images}</div>\n'
-        f"<h2>Sample completions</h2>\n{''.join(samples)}\n</body>\n</html>\n"
+        f"{samples_section(completions)}\n</body>\n</html>\n"
     )
 
 
@@ -272,7 +298,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     rows = read_metrics(run_dir)
-    for plot in PLOTS:
+    for plot in plots_for(rows):
         draw_plot(plot, rows, out / plot.file)
     config_path = run_dir / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}

@@ -66,10 +66,17 @@ def completion_values(
     prompt_mask_BP: torch.Tensor,
     completion_ids_BT: torch.Tensor,
     completion_mask_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """V at each completion token's state (the position whose logits predict it), (B, T)."""
+    """V at each completion token's state (the position whose logits predict it), (B, T).
+
+    ``attention_mask_BT`` (multi-turn rollouts): every real completion-column token, the
+    inserted ones included, which the critic must see as the policy does; None: the
+    completion mask. Values come back at every column: the caller masks the inserted ones.
+    """
+    real_mask_BT = completion_mask_BT if attention_mask_BT is None else attention_mask_BT
     input_ids_BL = torch.cat([prompt_ids_BP, completion_ids_BT], dim=1)
-    attention_mask_BL = torch.cat([prompt_mask_BP, completion_mask_BT], dim=1)
+    attention_mask_BL = torch.cat([prompt_mask_BP, real_mask_BT], dim=1)
     values_BL = model(input_ids_BL, attention_mask_BL, positions_from_mask(attention_mask_BL))
     prompt_width, completion_width = prompt_ids_BP.shape[1], completion_ids_BT.shape[1]
     return values_BL[:, prompt_width - 1 : prompt_width - 1 + completion_width].float()

@@ -1,13 +1,14 @@
-"""Which reward functions a run uses: ``module:function`` specs imported once, at start-up,
-and the one among them that measures accuracy."""
+"""Which reward functions a run uses: ``module:function`` (or ``path/file.py:function``)
+specs imported once, at start-up, and the one among them that measures accuracy."""
 
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from grpo.config.errors import ConfigError
+from grpo.config.imports import import_object
 from grpo.rewards.runner import RewardError, RewardFunction
 
 
@@ -15,7 +16,7 @@ class RewardSpec(Protocol):
     """One configured reward, as plain values (a ``[[rewards]]`` table has these fields)."""
 
     @property
-    def function(self) -> str: ...  # "module:function"
+    def function(self) -> str: ...  # "module:function" or "path/file.py:function"
     @property
     def weight(self) -> float: ...
     @property
@@ -28,30 +29,28 @@ class RewardSpec(Protocol):
     def accuracy(self) -> bool: ...
 
 
-def resolve_function(spec: str) -> Callable[..., Any]:
-    """Import ``module:function`` once, at start-up."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise RewardError(
-            f"reward function {spec!r}: cannot import {module_name!r}: {error}"
-        ) from None
-    fn = getattr(module, attribute, None)
+def resolve_function(
+    spec: str, search_dirs: Sequence[str] = (), field: str = "reward function"
+) -> Callable[..., Any]:
+    """Import ``module:function`` or ``path/file.py:function`` once, at start-up; modules
+    are looked for in ``search_dirs`` first (:mod:`grpo.config.imports`)."""
+    fn = import_object(spec, search_dirs, field)
     if not callable(fn):
-        raise RewardError(f"reward function {spec!r}: {module_name} has no callable {attribute!r}")
+        raise ConfigError(f"{field}: {spec!r} is a {type(fn).__name__}, not a function")
     return fn
 
 
-def resolve_reward_functions(specs: Sequence[RewardSpec]) -> list[RewardFunction]:
+def resolve_reward_functions(
+    specs: Sequence[RewardSpec], search_dirs: Sequence[str] = ()
+) -> list[RewardFunction]:
     """Specs → :class:`RewardFunction` s; names are the function part of the spec (the whole
     spec where two functions share a name), ``options`` bound as keyword arguments."""
     functions: list[RewardFunction] = []
-    for spec in specs:
-        name = spec.function.partition(":")[2]
+    for index, spec in enumerate(specs):
+        name = spec.function.rpartition(":")[2]
         if any(f.name == name for f in functions):
             name = spec.function
-        fn = resolve_function(spec.function)
+        fn = resolve_function(spec.function, search_dirs, f"rewards[{index}].function")
         if spec.options:
             fn = functools.wraps(fn)(functools.partial(fn, **spec.options))
         if spec.on_error not in ("fail", "zero", "skip_group"):

@@ -264,11 +264,14 @@ def score_completions(
     prompts: list[str],
     completions: list[str],
     columns: dict[str, list[Any]],
+    failed_B: torch.Tensor | None = None,
 ) -> RewardScores:
     """Run every reward function concurrently; returns the weighted total, per-function
     values, the rows not scored under ``on_error = "skip_group"`` (their groups are skipped:
     :func:`grpo.algo.groups.skipped_groups`), and metrics (per function: mean and std over
-    the rows it scored, errors substituted, seconds; and the same for the total)."""
+    the rows it scored, errors substituted, seconds; and the same for the total).
+    ``failed_B`` (bool): rows whose trajectory failed (an agent's environment): their total
+    is 0 whatever the functions gave them."""
     batch = len(completions)
     started = time.monotonic()
     futures = [_start(function, prompts, completions, columns) for function in functions]
@@ -292,6 +295,8 @@ def score_completions(
         metrics |= _function_metrics(function.name, numbers_B, problems, seconds)
         if problems:
             errors[function.name] = [f"row {row}: {what}" for row, what in sorted(problems.items())]
+    if failed_B is not None:
+        total_B = total_B.masked_fill(failed_B, 0.0)
     metrics["reward/total/mean"] = total_B.mean().item() if batch else 0.0
     metrics["reward/total/std"] = total_B.std(unbiased=False).item() if batch else 0.0
     metrics["reward/total/errors"] = float(sum(len(rows) for rows in errors.values()))

@@ -16,10 +16,15 @@ tokens over all its turns), so a row's tokens depend on its global index only.
 
 ``reuse_cache=False`` recomputes each turn from scratch (the whole history prefilled
 again): the baseline of ``benchmarks/multi_turn_rollout.py``.
+
+With the engine's ``all_done`` set (an FSDP-sharded policy) every forward pass is voted on
+by all processes and run by all of them (:mod:`grpo.rollout.lockstep`): a turn decodes
+until every process's rows have ended it, and a closed session joins the others' passes.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +32,7 @@ import torch
 from torch import nn
 
 from grpo.models.logprobs import positions_from_mask
+from grpo.rollout import lockstep
 from grpo.rollout.engine import RolloutRequest, left_pad, next_token, sampling_noise
 from grpo.rollout.hf_prefill import prefill_prompts
 from grpo.rollout.turns import TurnOutput, TurnSession, check_turn_rows
@@ -42,6 +48,7 @@ class HFSessionEngine(Protocol):
     pad_token_id: int
     eos_token_ids: set[int]
     decode: Callable[[list[int]], str] | None  # ids → text; needed only for stop strings
+    all_done: Callable[[bool], bool] | None  # FSDP: processes run every forward together
 
     @property
     def device(self) -> torch.device: ...
@@ -60,6 +67,7 @@ class HFTurnSession(TurnSession):
         self.engine, self.request, self.reuse_cache = engine, request, reuse_cache
         self.model = engine.model
         self.device = engine.device
+        self.all_done = engine.all_done
         rows = request.stop - request.start
         self.noise_BT = None
         if request.params.temperature > 0:  # the whole step's noise, this block's rows
@@ -91,22 +99,45 @@ class HFTurnSession(TurnSession):
         self.model.eval()
         try:
             if self.cache is None:
+                self._agree(need=True)
                 self._prefill_prompts()
             elif not self.reuse_cache:
+                self._agree(need=True)
                 self._recompute(rows)
             self._select(rows)
             blocks = [self.pending[r] + list(ids) for r, ids in zip(rows, inserted, strict=True)]
             for row, ids in zip(rows, inserted, strict=True):
                 self.history[row] += ids  # the pending token is in the history already
                 self.pending[row] = []
-            if any(blocks):
-                self._feed(blocks)
+            if self._agree(need=any(blocks)):
+                if any(blocks):
+                    self._feed(blocks)
+                else:  # another process feeds its rows
+                    self._idle_forward()
             return self._decode(max_new_tokens)
         finally:
             self.model.train(was_training)
 
     def close(self) -> None:
         self.cache = None
+        if self.all_done is not None:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                lockstep.wait_for_all(self.all_done, self._idle_forward)
+            finally:
+                self.model.train(was_training)
+
+    # --- lockstep (FSDP) ---------------------------------------------------------------
+
+    def _agree(self, need: bool) -> bool:
+        """Whether a forward pass runs now: ``need`` alone, or in lockstep the processes' vote."""
+        if self.all_done is None:
+            return need
+        return lockstep.vote(self.all_done, need=need) == lockstep.FORWARD
+
+    def _idle_forward(self) -> None:
+        lockstep.idle_forward(self.model, self.engine.pad_token_id, self.device)
 
     # --- the cache ---------------------------------------------------------------------
 
@@ -206,7 +237,9 @@ class HFTurnSession(TurnSession):
         turn: list[list[int]] = [[] for _ in live]
         logps: list[list[float]] = [[] for _ in live]
         logits_BV = self.logits_BV
-        for _ in range(max(budgets, default=0)):
+        # In lockstep a turn runs until no process needs another pass (done_B bounds ours).
+        steps = range(max(budgets, default=0)) if self.all_done is None else itertools.count()
+        for _ in steps:
             noise_B = None
             if self.noise_BT is not None:
                 index_B = torch.tensor(live, device=device)
@@ -223,7 +256,8 @@ class HFTurnSession(TurnSession):
                 ended_B |= active_B & self._hits_stop_string(turn, params.stop_strings, device)
             stopped_B |= ended_B
             done_B = done_B | ended_B | (count_B >= budget_B)
-            if bool(done_B.all()):  # the tokens just sampled wait for the next turn's pass
+            if not self._agree(need=not bool(done_B.all())):
+                # the tokens just sampled wait for the next turn's pass
                 for b in active_B.nonzero().flatten().tolist():
                     self.pending[live[b]] = [turn[b][-1]]
                 break

@@ -19,6 +19,7 @@ from grpo.training.rounds import (
     Round,
     RowResults,
     merge_rounds,
+    model_turn_lengths,
     needs_another_round,
 )
 from grpo.training.runtime.distributed import Dist
@@ -112,6 +113,7 @@ def assemble_round(
         else None,
         **text_features(produced.completions, rollouts.self_correction),
         env_tokens_B=produced.inserted_tokens_B,
+        turn_length_B=model_turn_lengths(rollout),
     )
     results = RowResults(**dist.gather_columns(local.columns()))
     if rollouts.overlong_buffer > 0:  # on the whole round's rows: the same in every process
@@ -128,6 +130,7 @@ def assemble_round(
         results,
         groups,
         produced.metrics,
+        produced.columns,
     )
 
 
@@ -139,7 +142,7 @@ def _score(
     rewards = [*rollouts.rewards, *produced.extra_rewards]
     try:
         scores = score_completions(
-            rewards, produced.prompts, produced.completions, produced.columns
+            rewards, produced.prompts, produced.completions, produced.columns, produced.failed_B
         )
     except RewardError as error:
         if not dist.enabled:

@@ -85,8 +85,9 @@ def worker_main(
 class _Handle:
     process: Any
     inbox: Any
-    heartbeat: Any
+    heartbeat: Any  # the time of the worker's last beat; 0.0 until its first
     busy_since: Any
+    started: float  # when the process was started
 
 
 class LocalPool:
@@ -118,7 +119,7 @@ class LocalPool:
         return self._handles[worker].busy_since.value > 0
 
     def _start(self, index: int) -> _Handle:
-        heartbeat = self._context.Value("d", time.time(), lock=False)
+        heartbeat = self._context.Value("d", 0.0, lock=False)
         busy_since = self._context.Value("d", 0.0, lock=False)
         inbox = self._context.Queue()
         process = self._context.Process(
@@ -128,7 +129,7 @@ class LocalPool:
             daemon=True,
         )
         process.start()
-        return _Handle(process, inbox, heartbeat, busy_since)
+        return _Handle(process, inbox, heartbeat, busy_since, time.time())
 
     def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Every worker takes ``weights`` as ``version`` before its next request."""
@@ -169,11 +170,14 @@ class LocalPool:
     def _check_health(self) -> None:
         now, limit = time.time(), f"(rollout.worker_timeout_s = {self._timeout_s})"
         for index, handle in enumerate(self._handles):
-            busy, silent = handle.busy_since.value, now - handle.heartbeat.value
+            busy, beat = handle.busy_since.value, handle.heartbeat.value
+            # Before its first beat a new process is still starting Python and importing
+            # torch, seconds on a busy machine: only a silence of SILENCE_S counts then.
+            silent = now - (beat or handle.started)
             if not handle.process.is_alive():
                 self._read_last_words()  # its error, if it sent one, is the run's error
                 self._restart(index, f"exited with code {handle.process.exitcode}")
-            elif silent > min(self._timeout_s, SILENCE_S):
+            elif silent > (min(self._timeout_s, SILENCE_S) if beat else SILENCE_S):
                 self._restart(index, f"sent no heartbeat for {silent:.0f} s {limit}")
             elif busy and now - busy > self._timeout_s:
                 self._restart(index, f"spent {now - busy:.0f} s on one request {limit}")

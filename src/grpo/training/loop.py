@@ -104,7 +104,15 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
         run.log.write(step, metrics)
         last = generation.last  # the step's last rows; this process logs its own block
         local_advantages_B = selection.advantages_B[-last.rows :][dist.rows(last.rows)]
-        run.log.completions(step, last.prompts, last.completions, last.scores, local_advantages_B)
+        run.log.completions(
+            step,
+            last.prompts,
+            last.completions,
+            last.scores,
+            local_advantages_B,
+            columns=last.columns,  # an agent run's conversations
+            rollout=last.rollout,  # the ids the update trained on (train.log_token_ids)
+        )
         progress.update(step, metrics)
         updates = learner.objective.inner_iterations * int(selection.keep_B.any())
         if warning := guard.record(step, metrics, updates=updates):

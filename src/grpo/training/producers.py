@@ -80,8 +80,16 @@ class MultiTurn:
             for i in indices
         ]
         block = range(len(indices) * group_size)[rows]
+        names = [dataset.where(i) for i in indices]
         agent = agent_rollout(
-            self.engine, records, group_size, self.sampling, self.generator, block, self.settings
+            self.engine,
+            records,
+            group_size,
+            self.sampling,
+            self.generator,
+            block,
+            self.settings,
+            names,
         )
         prompts, columns = _row_texts(dataset, indices, group_size, rows)
         extra = [ENVIRONMENT_REWARD] if self.settings.environment is not None else []
@@ -94,6 +102,7 @@ class MultiTurn:
             skip_B=torch.tensor(agent.skip, dtype=torch.bool),
             metrics=agent.block_metrics,
             inserted_tokens_B=inserted_tokens(agent.rollout),
+            failed_B=torch.tensor(agent.failed, dtype=torch.bool),
         )
 
 

@@ -55,8 +55,10 @@ def build_worker(spec: WorkerSpec, index: int) -> WorkerState:
     policy = load_policy(config.model.path, device, trainable_spec(config.model))
     rewards = spec.reward_functions
     if rewards is None:
-        rewards = resolve_reward_functions(config.rewards)
-    dataset = load_dataset_for(config.data.train_path, tokenizer, config.data)
+        rewards = resolve_reward_functions(config.rewards, config.train.import_dirs)
+    dataset = load_dataset_for(
+        config.data.train_path, tokenizer, config.data, agent=config.agent.enabled
+    )
     rollouts = build_rollouts(config, policy, tokenizer, dataset, rewards, Dist(), device)
     return WorkerState(index, rollouts, policy)
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from grpo.algo.groups import Groups
-from grpo.algo.overlong import overlong_penalty
+from grpo.algo.overlong import longest_run, overlong_penalty
 from grpo.log.metric_table import merge_rounds as merge_round_metrics
 from grpo.log.metric_table import reduce_processes
 from grpo.rewards.runner import RewardFunction, RewardScores
@@ -41,11 +41,16 @@ class RowResults:
     think_chars_B: torch.Tensor | None = None  # int64: characters inside it (0 without one)
     self_correction_B: torch.Tensor | None = None  # bool: a self-correction phrase occurs
     env_tokens_B: torch.Tensor | None = None  # int64: tokens tools/environment inserted
+    turn_length_B: torch.Tensor | None = None  # int64: multi-turn, the longest model turn
 
     def with_overlong_penalty(self, max_length: int, buffer: int, penalty: float) -> RowResults:
         """DAPO's overlong penalty (:func:`~grpo.algo.overlong.overlong_penalty`) added to
-        the reward, before advantages and the zero-variance test."""
-        penalty_B = overlong_penalty(self.length_B, max_length, buffer, penalty)
+        the reward, before advantages and the zero-variance test. Its length is the
+        completion's, or a multi-turn row's longest model turn (``max_length`` caps a turn)."""
+        if self.env_tokens_B is not None and self.turn_length_B is None:
+            raise ValueError("multi-turn rows need turn_length_B: their length cap is per turn")
+        lengths_B = self.length_B if self.turn_length_B is None else self.turn_length_B
+        penalty_B = overlong_penalty(lengths_B, max_length, buffer, penalty)
         return dataclasses.replace(
             self, reward_B=self.reward_B + penalty_B, overlong_penalty_B=penalty_B
         )
@@ -65,6 +70,14 @@ class RowResults:
         )
 
 
+def model_turn_lengths(rollout: Rollout) -> torch.Tensor | None:
+    """Per row of a multi-turn rollout, its longest model turn (CPU int64): the length the
+    overlong shaping caps; None for single-turn rows (their length is the completion's)."""
+    if rollout.attention_mask_BT is None:
+        return None
+    return longest_run(rollout.completion_mask_BT).cpu()
+
+
 @dataclass
 class ProducedRound:
     """What a producer returns for one round: this process's rows, before scoring."""
@@ -77,6 +90,7 @@ class ProducedRound:
     skip_B: torch.Tensor | None  # bool: rows whose rewards must not count; None: none
     metrics: dict[str, float]  # the producer's own, reduced by the metric table
     inserted_tokens_B: torch.Tensor | None  # int64: tokens tools/environment inserted
+    failed_B: torch.Tensor | None = None  # bool: an environment failed; the total reward is 0
 
 
 @dataclass
@@ -92,6 +106,8 @@ class Round:
     results: RowResults  # every process's rows
     groups: Groups
     metrics: dict[str, float] = field(default_factory=dict)  # the producer's (agent/…)
+    # this process's rows' columns (the producer's: a conversation, …), for the logs
+    columns: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -217,6 +233,7 @@ def join_chunks(results: list[Result], pad_token_id: int) -> tuple[ProducedRound
         skip_B=_cat_optional([p.skip_B for p in produced]),
         metrics=_combine([p.metrics for p in produced]),
         inserted_tokens_B=_cat_optional([p.inserted_tokens_B for p in produced]),
+        failed_B=_cat_optional([p.failed_B for p in produced]),
     )
     joined_scores = RewardScores(
         total_B=torch.cat([s.total_B for s in scores]),

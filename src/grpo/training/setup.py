@@ -63,8 +63,8 @@ def set_up(
     tokenizer = load_tokenizer(config.model.path, tokenizer_path=config.model.tokenizer_path)
     policy, trained, reference = build_models(config, dist, device, checkpoint_dir)
     if reward_functions is None:  # the Python API may pass functions directly
-        reward_functions = resolve_reward_functions(config.rewards)
-    dataset = _training_set(config.data, tokenizer, say)
+        reward_functions = resolve_reward_functions(config.rewards, config.train.import_dirs)
+    dataset = _training_set(config.data, tokenizer, say, agent=config.agent.enabled)
     sampler = _sampler(config, dataset)
     evaluate = _evaluator(config, tokenizer, reward_functions, dist)
     optimization = build_optimization(config, trained)
@@ -114,9 +114,11 @@ def _checkpoint_to_resume(run_dir: Path, resume: bool, say: Callable[[str], None
     return checkpoint_dir
 
 
-def _training_set(data: DataConfig, tokenizer: Any, say: Callable[[str], None]) -> PromptDataset:
+def _training_set(
+    data: DataConfig, tokenizer: Any, say: Callable[[str], None], *, agent: bool
+) -> PromptDataset:
     """``data.train_path``'s prompts; the rows ``data.skip_bad_rows`` left out are said."""
-    dataset = load_dataset_for(data.train_path, tokenizer, data)
+    dataset = load_dataset_for(data.train_path, tokenizer, data, agent=agent)
     if dataset.skipped:
         say(f"grpo: {dataset.describe_skipped()}")
     return dataset
@@ -176,17 +178,25 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
     )
 
 
-def load_dataset_for(path: str | Path, tokenizer: Any, data: DataConfig) -> PromptDataset:
+def load_dataset_for(
+    path: str | Path, tokenizer: Any, data: DataConfig, *, agent: bool = False
+) -> PromptDataset:
     """The prompts at ``path`` (the training set or a held-out one), read, checked and
-    formatted as the ``[data]`` section says."""
+    formatted as the ``[data]`` section says.
+
+    ``agent`` (an ``[agent]`` run): the prompts stay the text of the user's first message,
+    since the agent renders the whole conversation itself (``grpo.agents.chat``); with
+    ``data.chat_template`` the system prompt is its system message (see ``agent_settings``),
+    not text put before the prompt."""
+    templated = data.chat_template and not agent
     return load_prompt_dataset(
         path,
         tokenizer,
         prompt_column=data.prompt_column,
         max_prompt_tokens=data.max_prompt_tokens,
         truncate_long_prompts=data.truncate_long_prompts,
-        chat_template=data.chat_template,
-        system_prompt=data.system_prompt,
+        chat_template=templated,
+        system_prompt="" if agent and data.chat_template else data.system_prompt,
         skip_bad_rows=data.skip_bad_rows,
         column_map=data.column_map,
         answer_format=data.answer_format,
@@ -222,12 +232,17 @@ def _evaluator(
     without one."""
     if not config.eval.path:
         return None
-    reward = correctness_reward(config.eval.reward, rewards)
-    agent = agent_settings(config.agent, tokenizer) if config.agent.enabled else None
+    reward = correctness_reward(config.eval.reward, rewards, config.agent, config.train.import_dirs)
+    agent = None
+    if config.agent.enabled:
+        dirs = config.train.import_dirs
+        agent = agent_settings(config.agent, tokenizer, config.data, import_dirs=dirs)
     return partial(
         greedy_accuracy,
         tokenizer=tokenizer,
-        dataset=load_dataset_for(config.eval.path, tokenizer, config.data),
+        dataset=load_dataset_for(
+            config.eval.path, tokenizer, config.data, agent=config.agent.enabled
+        ),
         reward=reward,
         max_new_tokens=config.eval.max_new_tokens or config.rollout.max_new_tokens,
         all_done=dist.all_done if dist.fsdp else None,
@@ -258,6 +273,7 @@ def _metrics_log(config: Config, run_dir: Path, *, enabled: bool, purge_step: in
         enabled=enabled,
         purge_step=purge_step,
         completions_every=train_cfg.completions_every,
+        token_ids=train_cfg.log_token_ids,
         trackers={"wandb": train_cfg.wandb_project, "trackio": train_cfg.trackio_project},
         config=dataclasses.asdict(config),
     )

@@ -3,6 +3,7 @@ multi-turn) and what scores its rows, from the ``[rollout]``, ``[agent]`` and re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -14,9 +15,10 @@ from grpo.agents.environment import resolve_environment
 from grpo.agents.parser import get_parser
 from grpo.agents.rollout import AgentSettings
 from grpo.agents.tools import resolve_tools, tool_schema
-from grpo.config import AgentConfig, Config
+from grpo.config import AgentConfig, Config, DataConfig
 from grpo.data.dataset import PromptDataset
-from grpo.rewards.resolve import accuracy_reward
+from grpo.data.files import DataError
+from grpo.eval.evaluate import run_accuracy_reward
 from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import SamplingParams, decode_completions
 from grpo.rollout.turns import TurnEngine
@@ -50,12 +52,13 @@ def build_rollouts(
     producer: Producer
     if config.agent.enabled:
         assert isinstance(engine, TurnEngine)  # both built-in engines sample turn by turn
-        settings = agent_settings(config.agent, tokenizer)
+        dirs = config.train.import_dirs
+        settings = agent_settings(config.agent, tokenizer, config.data, import_dirs=dirs)
         producer = MultiTurn(engine, sampling, generator, dataset, settings)
     else:
         decode = partial(decode_completions, tokenizer)
         producer = SingleTurn(engine, sampling, generator, dataset, decode)
-    accuracy = accuracy_reward(rewards)
+    accuracy = run_accuracy_reward(rewards, config.agent)  # maybe the environment's reward
     return Rollouts(
         producer=producer,
         engine=engine,
@@ -70,17 +73,35 @@ def build_rollouts(
     )
 
 
-def agent_settings(agent: AgentConfig, tokenizer: Any) -> AgentSettings:
-    """The ``[agent]`` section resolved: tools imported and checked, the environment class."""
-    tools = resolve_tools(agent.tools)
+def agent_settings(
+    agent: AgentConfig,
+    tokenizer: Any,
+    data: DataConfig | None = None,
+    *,
+    import_dirs: Sequence[str],  # train.import_dirs: where tool and environment modules are
+) -> AgentSettings:
+    """The ``[agent]`` section resolved: tools imported and checked, the environment class.
+
+    The conversation is rendered with the tokenizer's chat template when it has one. With
+    ``data.chat_template`` it must have one (as for single-turn prompts), and
+    ``data.system_prompt`` opens the conversation as a system message."""
+    templated = data is not None and data.chat_template
+    if templated and not getattr(tokenizer, "chat_template", None):
+        raise DataError("data.chat_template is true but the tokenizer has no chat template")
+    tools = resolve_tools(agent.tools, import_dirs)
     return AgentSettings(
         chat=ChatFormat(tokenizer, [tool_schema(fn) for fn in tools.values()]),
         tools=tools,
         parser=get_parser(agent.parser),
-        environment=resolve_environment(agent.environment) if agent.environment else None,
+        environment=(
+            resolve_environment(agent.environment, import_dirs) if agent.environment else None
+        ),
         max_turns=agent.max_turns,
         max_tool_response_tokens=agent.max_tool_response_tokens,
         tool_timeout_s=agent.tool_timeout_s,
         env_timeout_s=agent.env_timeout_s,
         env_on_error=agent.env_on_error,
+        tool_workers=agent.tool_workers,
+        tool_isolation=agent.tool_isolation,
+        system_prompt=data.system_prompt if data is not None and templated else "",
     )

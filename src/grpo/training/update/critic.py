@@ -7,6 +7,12 @@ critic V(prompt, y_<t) by GAE (see :mod:`grpo.algo.ppo`). Per rollout batch:
 1. the critic's values V_old on every completion token (no gradient);
 2. the reward on each completion's last token → GAE → per-token advantages (whitened over
    the batch when ``ppo.whiten_advantages``) and returns R = A + V_old;
+
+   multi-turn rows (``[agent]``): the critic sees the whole trajectory, the inserted tool and
+   environment tokens included, but only the model's tokens (``completion_mask_BT``) are
+   time steps: the reward sits on the last model token, GAE steps over the inserted ones
+   (:func:`~grpo.algo.ppo.gae`), they get no advantage or return, and the value loss, the
+   whitening and ``explained_variance`` skip them;
 3. the policy update (:func:`grpo.training.update.policy.policy_update`) with those advantages;
 4. μ critic steps over the same micro-batches on the clipped value loss, AdamW at
    ``ppo.critic_lr``. The policy's gradients are freed before the critic's backward.
@@ -53,6 +59,7 @@ def _values(model: ValueModel, micro: TrainBatch) -> torch.Tensor:
         micro.prompt_mask_BP,
         micro.completion_ids_BT,
         micro.completion_mask_BT,
+        micro.attention_mask_BT,
     )
 
 
