@@ -1,4 +1,5 @@
-"""Multi-turn rollouts over several processes: a 2-process run is the 1-process run.
+"""Multi-turn rollouts over several processes: a 2-process run is the 1-process run, each
+process creating only its own rows' environments (whose randomness is seeded per row).
 
 In process: a block of rows (what one process rolls out) has exactly the ids, masks and
 sampler log-probs of the same rows of the whole batch, wherever the block is cut (a group
@@ -28,14 +29,19 @@ from .helpers import Echo
 from .test_agent_eval import PromptScripted, mul
 
 MODULE = """
-import json, os
+import json, os, random
 
 DIGITS = set("0123456789")
 
 
 class DigitGame:
     def __init__(self, row):
-        self.prompt, self.said = row["prompt"], ""
+        dump = os.environ.get("GRPO_TEST_DUMP")
+        if dump:  # each process counts the environments it makes
+            with open(dump + ".created." + os.environ.get("RANK", "0"), "a") as handle:
+                handle.write(row["prompt"] + "\\n")
+        # Its randomness is its own, seeded by the row, as the README says to.
+        self.prompt, self.said, self.rng = row["prompt"], "", random.Random(row["prompt"])
 
     def reset(self):
         return [{"role": "user", "content": self.prompt}]
@@ -44,7 +50,7 @@ class DigitGame:
         first = not self.said
         self.said += text
         if first:
-            return "More digits!", None, False
+            return f"More digits! ({self.rng.randint(1, 9)})", None, False
         return None, sum(c in DIGITS for c in self.said) / max(len(self.said), 1), True
 
 
@@ -123,6 +129,11 @@ def test_two_processes_roll_out_and_train_multi_turn_as_one(
     assert "2 processes × " in two.stdout
     single, double = gloo_jobs.steps("one", 1), gloo_jobs.steps("two", 2)
     assert len(single) >= 2 and double == single  # every conversation and reward, row for row
+    if not extra:  # each process creates the environments of its own rows' prompts only:
+        # 2 steps × 3 prompts in 1 process; of 2, those of the 2 prompts each one's 3 rows
+        # touch (prompt 1's group is split): 4 each, not 6
+        assert _created(tmp_path, "one") == [6]
+        assert _created(tmp_path, "two") == [4, 4]
     assert max(t for step in single for t in step["turns"]) > 1  # the rows went multi-turn
     metrics = gloo_jobs.assert_same_run("one", "two")  # metrics (agent/* too), weights
     assert "agent/env_token_frac" in metrics[0]
@@ -131,6 +142,12 @@ def test_two_processes_roll_out_and_train_multi_turn_as_one(
     initial = load_file(ascii_model_dir / "model.safetensors")
     trained = load_file(tmp_path / "one" / "final" / "model.safetensors")
     assert any(not torch.equal(initial[name], trained[name]) for name in initial)
+
+
+def _created(tmp_path: Path, name: str) -> list[int]:
+    """Environments each process of job ``name`` created."""
+    files = sorted(tmp_path.glob(f"{name}.dump.created.*"))
+    return [len(path.read_text().splitlines()) for path in files]
 
 
 def test_a_block_of_rows_rolls_out_as_in_the_whole_batch(ascii_model_dir) -> None:

@@ -46,8 +46,11 @@ def user_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def config_dir(user_code: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A config folder holding the user's module; the working directory is elsewhere."""
+    """A config folder holding the user's module; the working directory is elsewhere. The
+    module is imported afresh: another test in this process imported its namesake from
+    another folder, and Python keeps a module by its name."""
     monkeypatch.chdir(user_code / "work")
+    monkeypatch.delitem(sys.modules, "errtools", raising=False)
     return user_code / "config"
 
 
