@@ -11,6 +11,7 @@ sees the cut and a note). Calls that can run are :class:`Call` s for
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,9 @@ class CallResult:
 # every tool message, by max_tool_response_tokens).
 ERROR_CHARS = 500
 
+# A tool's schema is read off its signature once, not at each of its calls.
+_schema = functools.cache(tool_schema)
+
 
 def prepare_call(
     call: Parsed, tools: dict[str, Callable[..., Any]], timeout_s: float, isolated: bool
@@ -43,7 +47,7 @@ def prepare_call(
         text = f"error: unknown tool {call.name!r}; tools: {sorted(tools)}"
         return CallResult(text, "unknown_tool", 0.0)
     fn = tools[call.name]
-    problem = argument_problem(tool_schema(fn), call.arguments)
+    problem = argument_problem(_schema(fn), call.arguments)
     if problem is not None:
         return CallResult(f"error: {problem}", "wrong_arguments", 0.0)
     return Call(fn, kwargs=dict(call.arguments), timeout_s=timeout_s, isolated=isolated)
