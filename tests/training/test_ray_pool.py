@@ -44,7 +44,8 @@ from grpo.training.rollout_worker import (  # noqa: E402
 from grpo.training.rounds import Request, Result  # noqa: E402
 from grpo.training.worker_pool import RolloutWorkerError  # noqa: E402
 
-POLL_S = 120.0  # an actor's start (a fresh process importing torch) takes seconds here
+POLL_S = 300.0  # an actor's start (a fresh process importing torch) takes seconds here; on 2
+# cores shared with a CPU-bound process the first actor of a cluster took over 120 s
 TIMED, SECONDS = ("time/", "async/"), "/seconds"  # metrics that differ between runs
 
 
