@@ -9,9 +9,11 @@ a ``LlamaForCausalLM`` of that shape (Qwen2 adds only q/k/v biases): under a ``q
 config transformers loads its own Qwen2 tokenizer class, which does not read the local
 word-level tokenizer this script builds.
 
-1. **Rollout tokens/s**: grpo's engine against ``transformers.generate``, the same prompts,
-   G, length and temperature, both returning the sampled tokens' log-probs
-   (:mod:`rollout_speed`'s functions, alternating runs, medians).
+1. **Rollout tokens/s**: grpo's engine, eager and with its decode step compiled
+   (``rollout.compile = true``: CUDA graphs; its compile seconds apart), against
+   ``transformers.generate``, the same prompts, G, length and temperature, all returning
+   the sampled tokens' log-probs (:mod:`rollout_speed`'s functions, alternating runs,
+   medians). ``--dry`` leaves the compiled engine out (its own test covers it on the CPU).
 2. **Training steps**: grpo against TRL's ``GRPOTrainer`` with HF generation, each in its
    own process (:mod:`trl_compare`'s child), the median step and its phases.
 3. **Peak GPU memory** of each (``torch.cuda.max_memory_allocated``).
@@ -59,19 +61,26 @@ def rollout_check(model_dir: Path, args: argparse.Namespace, device: str) -> dic
     ]
     pad = model.config.pad_token_id
     engine = TransformersEngine(model, pad_token_id=pad, eos_token_ids={-1})  # never stops
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    engine_s, generate_s = alternating_medians(
+    runs = [
         lambda: engine_seconds(engine, prompts, args.group, args.new_tokens),
         lambda: generate_seconds(model, prompts, args.group, args.new_tokens, pad),
-        args.repeats,
-    )
+    ]
+    compiled = None
+    if not args.dry:  # the compiled step: CUDA graphs on a GPU (its test runs on the CPU)
+        compiled = TransformersEngine(model, pad_token_id=pad, eos_token_ids={-1}, compile=True)
+        runs.append(lambda: engine_seconds(compiled, prompts, args.group, args.new_tokens))
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    medians = alternating_medians(runs, args.repeats)
     tokens = args.prompts * args.group * args.new_tokens
     return {
-        "engine_tokens_per_s": tokens / engine_s,
-        "generate_tokens_per_s": tokens / generate_s,
-        "engine_s": engine_s,
-        "generate_s": generate_s,
+        "engine_tokens_per_s": tokens / medians[0],
+        "generate_tokens_per_s": tokens / medians[1],
+        "engine_s": medians[0],
+        "generate_s": medians[1],
+        "compiled_tokens_per_s": tokens / medians[2] if compiled else None,
+        "compiled_s": medians[2] if compiled else None,
+        "compile_s": compiled.compile_seconds if compiled else None,
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
     }
 
@@ -122,6 +131,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"| {rollout['generate_tokens_per_s']:.0f} "
         f"| {rollout['engine_tokens_per_s'] / rollout['generate_tokens_per_s']:.2f}× |",
     ]
+    if rollout["compiled_s"] is not None:
+        lines.append(
+            f"| rollout tokens/s, compiled decode step (vs eager engine; compiled in "
+            f"{rollout['compile_s']:.0f} s) | {rollout['compiled_tokens_per_s']:.0f} "
+            f"| {rollout['engine_tokens_per_s']:.0f} "
+            f"| {rollout['compiled_tokens_per_s'] / rollout['engine_tokens_per_s']:.2f}× |"
+        )
     ours, trl = training["grpo"], training["trl"]
     if "skipped" in trl:
         lines.append(f"| step time, median (s) | {ours['median']['step']:.2f} | skipped | — |")

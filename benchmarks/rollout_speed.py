@@ -4,13 +4,19 @@ Both sample G completions for each prompt from the same model at the same temper
 return the sampled tokens' log-probs (which GRPO needs). The engine prefills each prompt
 once and shares its KV cache across the group; `generate` sees G copies of every prompt.
 Runs alternate (A, B, A, B, …) so machine noise hits both; the median is reported.
+``--compile`` adds the engine with its decode step compiled (``rollout.compile = true``)
+beside the eager one: its first rollout pays the compilation, reported apart.
+``--model trl`` samples from trl_compare's model (58M Llama, vocabulary 32000) instead of
+the tiny one.
 
     python benchmarks/rollout_speed.py [--prompt-tokens 128] [--new-tokens 32] [--repeats 3]
+    python benchmarks/rollout_speed.py --compile --model trl --prompt-tokens 32 --new-tokens 64
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -63,16 +69,38 @@ def generate_seconds(
     return _synchronized_clock(device) - started
 
 
-def alternating_medians(
-    run_a: Callable[[], float], run_b: Callable[[], float], repeats: int
-) -> tuple[float, float]:
-    """One warm-up each, then A, B, A, B, …: the median seconds of each."""
-    run_a(), run_b()
-    times_a, times_b = [], []
+def alternating_medians(runs: list[Callable[[], float]], repeats: int) -> list[float]:
+    """One warm-up each, then A, B, …, A, B, …: the median seconds of each."""
+    for run in runs:
+        run()
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        times_a.append(run_a())
-        times_b.append(run_b())
-    return statistics.median(times_a), statistics.median(times_b)
+        for run, seconds in zip(runs, times, strict=True):
+            seconds.append(run())
+    return [statistics.median(seconds) for seconds in times]
+
+
+def _model(which: str, hidden: int, layers: int) -> tuple[torch.nn.Module, int, int]:
+    """(model, vocabulary size, pad id): the tiny demo-style Llama or trl_compare's."""
+    if which == "trl":
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        from transformers import AutoModelForCausalLM
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from trl_compare import build_model_dir
+
+        with tempfile.TemporaryDirectory() as directory:
+            build_model_dir(Path(directory), vocab=32000, max_positions=1024)
+            return AutoModelForCausalLM.from_pretrained(directory).eval(), 32000, 0
+    from grpo.demo.model import build_tiny_llama
+    from grpo.demo.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, hidden_size=hidden, layers=layers, max_positions=1024)
+    return model.eval(), len(tokenizer), tokenizer.pad_token_id
 
 
 def main() -> None:
@@ -84,48 +112,54 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="add the compiled decode step")
+    parser.add_argument("--model", choices=["tiny", "trl"], default="tiny")
     args = parser.parse_args()
 
     import transformers
 
-    from grpo.demo.model import build_tiny_llama
-    from grpo.demo.tokenizer import build_char_tokenizer
     from grpo.rollout.hf_engine import TransformersEngine
 
     transformers.utils.logging.set_verbosity_error()
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(
-        tokenizer, hidden_size=args.hidden, layers=args.layers, max_positions=1024
-    ).eval()
+    model, vocab, pad_id = _model(args.model, args.hidden, args.layers)
     generator = torch.Generator().manual_seed(0)
-    vocab = len(tokenizer)
     prompts = [
         torch.randint(3, vocab, (args.prompt_tokens,), generator=generator).tolist()
         for _ in range(args.prompts)
     ]
-    never_stop = -1  # both sides run the full length, so the token counts are equal
-    engine = TransformersEngine(
-        model, pad_token_id=tokenizer.pad_token_id, eos_token_ids={never_stop}
+    never_stop = -1  # every side runs the full length, so the token counts are equal
+    engines = {
+        "grpo TransformersEngine": TransformersEngine(
+            model, pad_token_id=pad_id, eos_token_ids={never_stop}
+        )
+    }
+    if args.compile:
+        engines["grpo, compiled decode step"] = TransformersEngine(
+            model, pad_token_id=pad_id, eos_token_ids={never_stop}, compile=True
+        )
+    runs = {
+        name: functools.partial(engine_seconds, engine, prompts, args.group_size, args.new_tokens)
+        for name, engine in engines.items()
+    }
+    runs["transformers generate"] = functools.partial(
+        generate_seconds, model, prompts, args.group_size, args.new_tokens, pad_id
     )
     tokens = args.prompts * args.group_size * args.new_tokens
-
-    def run_engine() -> float:
-        return engine_seconds(engine, prompts, args.group_size, args.new_tokens)
-
-    def run_generate() -> float:
-        return generate_seconds(
-            model, prompts, args.group_size, args.new_tokens, tokenizer.pad_token_id
-        )
-
-    engine_s, generate_s = alternating_medians(run_engine, run_generate, args.repeats)
+    medians = dict(zip(runs, alternating_medians(list(runs.values()), args.repeats), strict=True))
     print(
-        f"model: Llama {args.layers} layers × {args.hidden} hidden; {args.prompts} prompts × "
-        f"G={args.group_size}, {args.prompt_tokens}-token prompts, {args.new_tokens} new tokens; "
-        f"{torch.get_num_threads()} threads"
+        f"model: {args.model}; {args.prompts} prompts × G={args.group_size}, "
+        f"{args.prompt_tokens}-token prompts, {args.new_tokens} new tokens; "
+        f"{torch.get_num_threads()} threads; median of {args.repeats}"
     )
-    print(f"grpo TransformersEngine : {tokens / engine_s:8.0f} tokens/s  ({engine_s:.2f} s)")
-    print(f"transformers generate   : {tokens / generate_s:8.0f} tokens/s  ({generate_s:.2f} s)")
-    print(f"speed-up                : {generate_s / engine_s:.2f}×")
+    print("| engine | tokens/s | seconds | compile s | vs generate |")
+    print("|---|---:|---:|---:|---:|")
+    for name, seconds in medians.items():
+        engine = engines.get(name)
+        compile_s = f"{engine.compile_seconds:.1f}" if engine is not None else "—"
+        print(
+            f"| {name} | {tokens / seconds:.0f} | {seconds:.2f} | {compile_s} | "
+            f"{medians['transformers generate'] / seconds:.2f}× |"
+        )
 
 
 if __name__ == "__main__":

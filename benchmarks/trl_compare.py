@@ -17,7 +17,9 @@ The ceiling is fp32 ``torch.mm`` FLOP/s measured in this run (best of a few shap
 and after the trainers); each phase's FLOPs are counted from the model's shapes (matmuls
 only; the minimum the algorithm needs, the same count for both trainers: each prompt once
 per group in every pass, the G completions attending to it). ``--unshared`` adds a grpo run
-with ``train.share_prompt = false`` (each prompt G times in the training passes).
+with ``train.share_prompt = false`` (each prompt G times in the training passes);
+``--compiled`` one with ``train.compile`` and ``rollout.compile`` on (its warm-up step
+pays the compilation, reported apart).
 
 ``--scaling`` adds peak RSS against vocabulary (8k → 128k at T = 64) and completion length
 (64 → 512 at 32k), one step per point; a child whose RSS passes ``--cap-gb`` is killed and
@@ -208,6 +210,14 @@ def headline_table(results: dict[str, dict], flops: dict[str, float], ceiling: f
     if "grpo-unshared" in results:
         unshared = results["grpo-unshared"]["median"]["step"]
         row("  grpo, each prompt G times (share_prompt off) (s)", unshared, theirs["step"])
+    if "grpo-compiled" in results:
+        compiled = results["grpo-compiled"]
+        label = (
+            f"  grpo, compiled (train and rollout; compiling took {compiled['compile_s']:.0f} s)"
+        )
+        row(label, compiled["median"]["step"], theirs["step"])
+        for phase in ("rollout", "reference", "policy"):
+            row(f"    {phase} (s)", compiled["median"][phase], theirs[phase])
     for phase in ("rollout", "reference", "policy", "optimizer"):
         row(f"  {phase} (s)", ours[phase], theirs[phase])
     phases = ("rollout", "reference", "policy", "optimizer")
@@ -274,6 +284,9 @@ def main() -> None:
     parser.add_argument(
         "--unshared", action="store_true", help="also grpo with train.share_prompt = false"
     )
+    parser.add_argument(
+        "--compiled", action="store_true", help="also grpo with train/rollout.compile = true"
+    )
     parser.add_argument("--scaling", action="store_true", help="also the memory-scaling table")
     parser.add_argument("--scaling-only", action="store_true")
     parser.add_argument("--cap-gb", type=float, default=14.0, help="kill a child above this RSS")
@@ -306,10 +319,12 @@ def main() -> None:
             ceiling_before = matmul_ceiling(args.threads)
             model_dir, prompts = setup(32000, 64)
             results = {}
-            runs = {"grpo": ("grpo", "true"), "trl": ("trl", "true")}
+            runs = {"grpo": ("grpo", "true", "false"), "trl": ("trl", "true", "false")}
             if args.unshared:
-                runs["grpo-unshared"] = ("grpo", "false")
-            for trainer, (child, share) in runs.items():
+                runs["grpo-unshared"] = ("grpo", "false", "false")
+            if args.compiled:
+                runs["grpo-compiled"] = ("grpo", "true", "true")
+            for trainer, (child, share, compiled) in runs.items():
                 results[trainer] = run_child(
                     child,
                     model_dir,
@@ -319,6 +334,7 @@ def main() -> None:
                     steps=args.steps,
                     max_new_tokens=64,
                     share_prompt=share,
+                    compile=compiled,
                 )
                 results[trainer]["max_new_tokens"] = 64
                 if "median" not in results[trainer]:  # stopped by --cap-gb or --child-timeout

@@ -132,6 +132,8 @@ def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
             "rollout.group_size=8",
             f"rollout.max_new_tokens={args.max_new_tokens}",
             f"train.share_prompt={args.share_prompt}",
+            f"train.compile={args.compile}",
+            f"rollout.compile={args.compile}",
             f"model.device={args.device}",
             f"model.dtype={args.dtype}",
             "rollout.temperature=1.0",
@@ -152,10 +154,11 @@ def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
         config = load_config(None, overrides)
         reward = RewardFunction(name="even_share", fn=recorded_reward)
         started = time.perf_counter()
-        trainer_module.train(config, reward_functions=[reward], verbose=False)
+        history = trainer_module.train(config, reward_functions=[reward], verbose=False).history
         total = time.perf_counter() - started
     clock.end_step()
-    return {"rewards": rewards, "total_s": total}
+    compile_s = sum(row.get("time/compile", 0.0) for row in history)
+    return {"rewards": rewards, "total_s": total, "compile_s": compile_s}
 
 
 def run_trl(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
@@ -258,6 +261,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--share-prompt", default="true", choices=["true", "false"])
+    parser.add_argument("--compile", default="false", choices=["true", "false"])
     parser.add_argument("--device", default="cpu", help="cpu or cuda (gpu_check.py)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--micro-batch", type=int, default=16)

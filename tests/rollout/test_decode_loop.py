@@ -134,9 +134,27 @@ def test_the_engine_loop_equals_the_plain_loop_with_ended_rows_leaving(
         prefill, decode = sizes[0], sizes[1:]
         assert prefill == 4  # each distinct prompt once
         assert decode[-1] < 24 and decode == sorted(decode, reverse=True)
-        # the forward after token k runs exactly the rows that did not end by token k
+        # the forward after token k runs exactly the rows that did not end by token k; a
+        # row cut by a stop string leaves at the next look (every 8 tokens), not at once
         for k, size in enumerate(decode):
-            assert size == int((lengths > k + 1).sum())
+            live = int((lengths > k + 1).sum())
+            assert size == live if not stop_strings else live <= size <= 24
+
+
+def test_stop_strings_are_looked_for_every_8_tokens(tiny_model_dir) -> None:
+    engine, prompts = _engine(tiny_model_dir, eos_text="")
+    calls: list[int] = []
+    decode = engine.decode
+    engine.decode = lambda ids: calls.append(len(ids)) or decode(ids)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, stop_strings=("7",))
+    request = RolloutRequest(prompts, 6, params, None, 0, 24)
+    noise_BT = sampling_noise(24, 24, torch.Generator().manual_seed(3), torch.device("cpu"))
+    ours = engine._generate_chunk(request, 0, 24, noise_BT)
+    stopped = int(ours.stopped_B.sum())
+    assert 0 < stopped < 24
+    # 3 looks (after tokens 8, 16, 24) at the rows still open, plus up to 8 prefixes to find
+    # where each stopped row stopped: far fewer than a decode per row and token (24 × 24).
+    assert len(calls) <= 3 * 24 + stopped * 8 < 24 * 24 / 2
 
 
 def test_a_preallocated_cache_keeps_the_selected_rows(tiny_model_dir) -> None:

@@ -97,7 +97,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         return _build(hint, value, key)
     if origin is Literal:
         choices = typing.get_args(hint)
-        if value not in choices:
+        if not any(value == c and type(value) is type(c) for c in choices):  # 1 is not True
             raise ConfigError(f"{key} must be one of {list(choices)}, got {value!r}")
         return value
     if origin is list:

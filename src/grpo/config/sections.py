@@ -72,6 +72,10 @@ class RolloutConfig:
     stop_strings: list[str] = field(default_factory=list)  # end a completion at any of these
     max_sequences_per_batch: int = 512  # generation chunk, bounds KV-cache memory
     engine: Literal["transformers", "vllm"] = "transformers"  # vllm: GPU, `grpo[vllm]` extra
+    # the built-in engine's decode step under torch.compile over a static KV cache (CUDA
+    # graphs on a GPU); "auto": on CUDA only (on a CPU it gains too little for its compile
+    # time, benchmarks/RESULTS.md); compiled once per shape, the time logged as time/compile
+    compile: Literal[True, False, "auto"] = False
     vllm_gpu_memory_utilization: float = 0.3  # GPU share vLLM may take (it shares the GPU)
     vllm_sleep: bool = True  # free vLLM's GPU memory between rollouts (sleep mode)
     # 0 = data.max_prompt_tokens + rollout.max_new_tokens; with [agent], per turn, plus
@@ -226,6 +230,10 @@ class TrainConfig:
     # shared by the G completions (the same log-probs up to rounding); off under DDP/FSDP
     # and gradient checkpointing, which the log then says
     share_prompt: bool = True
+    # the policy's and reference's decoder under torch.compile for the training passes
+    # (fused element-wise ops; minutes of compiling at the start on a CPU, logged as
+    # time/compile); single process, chunked log-probs only
+    compile: bool = False
     seed: int = 0  # seeds sampling, shuffling and initialisation
     # torch CPU threads (grpo train/demo); 0 = $OMP_NUM_THREADS, else usable CPUs − busy ones
     threads: int = 0

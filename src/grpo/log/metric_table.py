@@ -142,6 +142,7 @@ METRICS: tuple[Metric, ...] = (
     # Timers: rounds run one after the other, processes side by side.
     Metric("time/rollout", SUM, MAX),
     Metric("time/reward", SUM, MAX),
+    Metric("time/compile", ONCE, MAX),
     Metric("time/train", ONCE, MAX),
     Metric("time/step", ONCE, MAX),
 )

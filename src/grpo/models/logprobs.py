@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from grpo.models.compiled_trunk import compile_decoder, training_decoder
 from grpo.models.shared_prompt import prompt_groups, shared_prompt_outputs, sharing_blocker
 from grpo.models.wrappers import base_model, is_fsdp_sharded
 
@@ -159,6 +160,16 @@ def _chunkable_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
     return get_decoder(), head
 
 
+def compile_training_passes(model: nn.Module) -> bool:
+    """``train.compile``: the training passes on ``model`` run its decoder compiled
+    (:mod:`grpo.models.compiled_trunk`); False where they take the full-logits path (DDP,
+    FSDP, scaled logits), which stays eager."""
+    parts = _chunkable_head(model)
+    if parts is not None:
+        compile_decoder(parts[0])
+    return parts is not None
+
+
 def _completion_outputs(
     module: nn.Module,
     inputs: dict[str, torch.Tensor],
@@ -235,6 +246,7 @@ def completion_logprobs(
     scoring = {"temperature": temperature, "with_entropy": with_entropy}
     if parts is not None:
         decoder, head = parts
+        decoder = training_decoder(decoder)  # compiled under train.compile
         hidden_BTH = _completion_outputs(decoder, inputs, prompt_width, groups, logits=False)
         return _score_hidden(
             hidden_BTH, head, completion_ids_BT, completion_mask_BT, entropy_grad, **scoring

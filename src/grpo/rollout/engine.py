@@ -161,7 +161,11 @@ def sample_from_uniform(probs_BV: torch.Tensor, u_B: torch.Tensor) -> torch.Tens
     # The cumulative sum does not rise at a zero; a parallel scan's rounding could still
     # make it look so on a GPU: such a pick falls back to the most likely token.
     picked_B = probs_BV.gather(1, token_B[:, None]).squeeze(1)
-    return torch.where(picked_B > 0, token_B, probs_BV.argmax(dim=-1))
+    kept_B = picked_B > 0
+    # On a CPU a look from the host is free, and a full-vocabulary argmax is not.
+    if probs_BV.device.type == "cpu" and not torch.compiler.is_compiling() and bool(kept_B.all()):
+        return token_B
+    return torch.where(kept_B, token_B, probs_BV.argmax(dim=-1))
 
 
 def filter_logits(logits_BV: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -230,7 +234,9 @@ def next_token(
         scores_BV = logits_BV.float()
         token_B = scores_BV.argmax(dim=-1)
     else:
-        scaled_BV = logits_BV.float() / params.temperature
+        scaled_BV = logits_BV.float()
+        if params.temperature != 1.0:  # z / 1 is z, bit for bit: one pass over V saved
+            scaled_BV = scaled_BV / params.temperature
         scores_BV = filter_logits(scaled_BV, params.top_k, params.top_p)  # scaled_BV when off
         token_B = sample_from_uniform(scores_BV.softmax(dim=-1), noise_B)
     picked_B = scores_BV.gather(1, token_B[:, None]).squeeze(1)

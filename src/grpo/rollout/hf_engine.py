@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
@@ -23,8 +23,10 @@ from grpo.rollout.engine import (
     next_token,
     sampling_noise,
 )
+from grpo.rollout.hf_compiled import CompiledDecode, compilable
 from grpo.rollout.hf_prefill import Prefill, prefill_prompts
 from grpo.rollout.hf_turns import HFTurnSession
+from grpo.rollout.stop_strings import STOP_CHECK_EVERY, cut_after, first_stops
 from grpo.rollout.turns import TurnEngine, TurnSession
 
 if TYPE_CHECKING:
@@ -50,6 +52,28 @@ class _LiveRows:
         kv_cache.batch_select_indices(keep_B.nonzero().flatten())
 
 
+class _StopLooks:
+    """The decode loop's looks for stop strings (:mod:`grpo.rollout.stop_strings`): the rows
+    still open at the previous look, and where that look was."""
+
+    def __init__(self, stop_strings: tuple[str, ...], stopped_B: torch.Tensor) -> None:
+        self.stop_strings, self.since = stop_strings, 0
+        self.open_B = ~stopped_B
+
+    def look(
+        self, engine: TransformersEngine, position: int, live: _LiveRows, outputs: tuple
+    ) -> None:
+        """Cut the rows that hit a stop string since the last look; they leave the batch at
+        the next host look, as rows that ended on EOS."""
+        tokens_BT, logps_BT, masks_BT, stopped_B = outputs
+        rows = self.open_B.nonzero().flatten().tolist()
+        stops = first_stops(engine.decode, tokens_BT, masks_BT, rows, self.since, self.stop_strings)
+        cut_after(stops, engine.pad_token_id, tokens_BT, logps_BT, masks_BT, stopped_B)
+        if stops:
+            live.done_B = live.done_B | torch.isin(live.row_B, torch.tensor(list(stops)))
+        self.open_B, self.since = ~stopped_B, position + 1
+
+
 class TransformersEngine(RolloutEngine, TurnEngine):
     """Samples from the policy itself with a KV cache; no second copy of the weights.
 
@@ -69,6 +93,7 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         decode: Callable[[list[int]], str] | None = None,
         max_sequences_per_batch: int = 512,
         all_done: Callable[[bool], bool] | None = None,
+        compile: bool | Literal["auto"] = False,
     ) -> None:
         self.model = model
         self.pad_token_id = pad_token_id
@@ -76,6 +101,12 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         self.decode = decode  # list[int] -> str, needed only for stop strings
         self.max_sequences_per_batch = max_sequences_per_batch
         self.all_done = all_done
+        self.compiled = _compiled_decode(compile, model, all_done is not None)
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling the decode step so far (0 when it is not compiled)."""
+        return 0.0 if self.compiled is None else self.compiled.compile_seconds
 
     @property
     def device(self) -> torch.device:
@@ -115,6 +146,13 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         was_training = model.training
         model.eval()
         try:
+            if self.compiled is not None and not params.stop_strings:
+                prefill = prefill_prompts(
+                    model, self.pad_token_id, request, first_row, end_row, preallocate=False
+                )
+                return self.compiled.decode(
+                    model, prefill, params, noise_BT, self.eos_token_ids, self.pad_token_id
+                )
             prefill = prefill_prompts(model, self.pad_token_id, request, first_row, end_row)
             return self._decode(prefill, params, noise_BT)
         finally:
@@ -133,9 +171,8 @@ class TransformersEngine(RolloutEngine, TurnEngine):
         place into (B, T) buffers and the attention mask is allocated once and sliced; the
         host looks at which rows ended every ``sync_every`` tokens only (1 on a CPU, where a
         look is free and ended rows leave sooner; 8 on a GPU, where it stalls the launch
-        queue); at each look, ended rows leave the batch, its KV cache and its noise, so
-        later forwards run on live rows only. A row's tokens are those of the plain loop:
-        its logits depend on its own tokens only (up to reassociation across batch sizes).
+        queue), for stop strings every 8 (:mod:`grpo.rollout.stop_strings`); ended rows then
+        leave the batch, KV cache and noise. A row's tokens are those of the plain loop.
         """
         width, logits_BV = params.max_new_tokens, prefill.logits_BV
         rows, device = logits_BV.shape[0], logits_BV.device
@@ -152,7 +189,9 @@ class TransformersEngine(RolloutEngine, TurnEngine):
             position_B1=prefill.next_position_B1,
             noise_BT=noise_BT,
         )
-        sync_every = 1 if device.type == "cpu" or params.stop_strings else 8
+        sync_every = 1 if device.type == "cpu" else 8
+        outputs = (tokens_BT, logps_BT, masks_BT, stopped_B)
+        stops = _StopLooks(params.stop_strings, stopped_B) if params.stop_strings else None
         for position in range(width):
             noise_B = None if live.noise_BT is None else live.noise_BT[:, position]
             token_B, logp_B = next_token(logits_BV, noise_B, params)
@@ -161,15 +200,15 @@ class TransformersEngine(RolloutEngine, TurnEngine):
             logps_BT[live.row_B, position] = logp_B.masked_fill(live.done_B, 0.0)
             masks_BT[live.row_B, position] = (~live.done_B).long()
             ended_B = ~live.done_B & torch.isin(token_B, eos_ids)
-            if params.stop_strings:
-                ended_B |= ~live.done_B & self._hits_stop_string(
-                    tokens_BT[live.row_B, : position + 1], live.done_B, params.stop_strings
-                )
             stopped_B[live.row_B] |= ended_B
             live.done_B = live.done_B | ended_B
+            if stops and ((position + 1) % STOP_CHECK_EVERY == 0 or position == width - 1):
+                stops.look(self, position, live, outputs)
             if position == width - 1:  # the last token needs no forward
                 break
             if (position + 1) % sync_every == 0 and self._stop_or_compact(live, prefill):
+                if stops:  # the rows that ended since the last look may have stopped earlier
+                    stops.look(self, position, live, outputs)
                 break
             logits_BV = self.model(
                 input_ids=tokens_BT[live.row_B, position, None],
@@ -200,11 +239,22 @@ class TransformersEngine(RolloutEngine, TurnEngine):
             live.keep(~live.done_B, prefill.kv_cache)
         return False
 
-    def _hits_stop_string(
-        self, ids_BT: torch.Tensor, done_B: torch.Tensor, stop_strings: tuple[str, ...]
-    ) -> torch.Tensor:
-        hits = [
-            (not done) and any(s in self.decode(row) for s in stop_strings)
-            for row, done in zip(ids_BT.tolist(), done_B.tolist(), strict=True)
-        ]
-        return torch.tensor(hits, dtype=torch.bool, device=done_B.device)
+
+def _compiled_decode(
+    compile: bool | Literal["auto"], model: nn.Module, fsdp: bool
+) -> CompiledDecode | None:
+    """``rollout.compile``: True compiles the decode step (an error where it cannot);
+    "auto" only on CUDA, where CUDA graphs remove the per-token launches (on a CPU the
+    benchmark shows too little gain for the compile time: benchmarks/RESULTS.md); False
+    never."""
+    if compile is False:
+        return None
+    if compile not in (True, "auto"):
+        raise ValueError(f'rollout.compile must be true, false or "auto", got {compile!r}')
+    device = next(model.parameters()).device
+    reason = "an FSDP-sharded model decodes in lockstep, eagerly" if fsdp else compilable(model)
+    if compile == "auto":
+        return CompiledDecode(cuda_graphs=True) if device.type == "cuda" and not reason else None
+    if reason:
+        raise ValueError(f"rollout.compile = true: cannot compile this model's decode: {reason}")
+    return CompiledDecode(cuda_graphs=device.type == "cuda")

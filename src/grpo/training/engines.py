@@ -39,6 +39,7 @@ def rollout_engine(config: Config, policy: nn.Module, tokenizer: Any, dist: Dist
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
         max_sequences_per_batch=config.rollout.max_sequences_per_batch,
         all_done=dist.all_done if dist.fsdp else None,
+        compile=config.rollout.compile,
     )
 
 

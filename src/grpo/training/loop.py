@@ -32,6 +32,7 @@ from torch import nn
 from grpo.algo.selection import Selection, select_groups
 from grpo.config import Config, batch_plan
 from grpo.data.prompt_stats import record_step
+from grpo.models.compiled_trunk import trunk_compile_seconds
 from grpo.rewards.runner import RewardFunction
 from grpo.training.engines import check_engine_available
 from grpo.training.generate import generate
@@ -134,6 +135,7 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
     metrics (and the held-out accuracy when due)."""
     settings, learner = run.settings, run.learner
     step_started = time.perf_counter()
+    compiled_before = _compile_seconds(run)
     if run.feeder is None:
         generation, seconds = generate(
             run.rollouts,
@@ -177,6 +179,8 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
         "time/train": time.perf_counter() - train_started,
         "time/step": time.perf_counter() - step_started,
     }
+    if compiled_before is not None:
+        times["time/compile"] = _compile_seconds(run) - compiled_before
     lr = learner.optimization.scheduler.get_last_lr()[0]
     metrics = step_metrics(
         generation, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
@@ -191,6 +195,14 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
     metrics.update(accuracy(generation))
     metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
     return metrics, generation, selection
+
+
+def _compile_seconds(run: Run) -> float | None:
+    """Seconds compiling so far (rollout.compile, train.compile); None when neither is on."""
+    engine = getattr(run.rollouts.engine, "compiled", None)
+    if engine is None and not run.settings.compile:
+        return None
+    return getattr(run.rollouts.engine, "compile_seconds", 0.0) + trunk_compile_seconds()
 
 
 def _evaluate_before(run: Run) -> list[dict[str, float]]:

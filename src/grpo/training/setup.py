@@ -175,6 +175,7 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
         eval_every=config.eval.every,
         max_consecutive_skips=train_cfg.max_consecutive_skips,
         mask_truncated_completions=algo.mask_truncated_completions,
+        compile=train_cfg.compile,
     )
 
 

@@ -12,8 +12,9 @@ from torch import nn
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
 from grpo.algo.off_policy import resolve_off_policy
-from grpo.config import AlgorithmConfig, Config, ModelConfig
+from grpo.config import AlgorithmConfig, Config, ConfigError, ModelConfig
 from grpo.models.loading import LoraSpec, TrainableSpec, load_policy, load_reference
+from grpo.models.logprobs import compile_training_passes
 from grpo.models.value import load_value_model
 from grpo.training.runtime.distributed import Dist
 from grpo.training.runtime.optim import Optimization, adamw, build_optimizer
@@ -44,6 +45,13 @@ def build_models(
         else:
             frozen = load_reference(model.path, device, dtype=model.dtype)
             reference = Reference(model=shard_fsdp(frozen, dist) if dist.fsdp else frozen)
+    if config.train.compile:
+        for passes in (trained, reference.model):
+            if passes is not None and not compile_training_passes(passes):
+                raise ConfigError(
+                    "train.compile: this model's training passes take the full-logits path "
+                    "(DDP, FSDP or scaled logits), which is not compiled; set it to false"
+                )
     return policy, trained, reference
 
 

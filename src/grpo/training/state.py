@@ -74,6 +74,7 @@ class LoopSettings:
     eval_every: int  # 0: held-out accuracy only before and after training
     max_consecutive_skips: int
     mask_truncated_completions: bool = False  # truncated rows stay out of the loss
+    compile: bool = False  # train.compile: the training passes' decoders are compiled
 
 
 class AsyncRollouts(Protocol):
