@@ -28,7 +28,7 @@ from torch import nn
 
 from grpo.models.compiled_trunk import CompileTimed
 from grpo.rollout.engine import Rollout, SamplingParams, next_token
-from grpo.rollout.hf_prefill import Prefill
+from grpo.rollout.hf_prefill import Prefill, decoded_rollout
 
 if TYPE_CHECKING:
     from transformers import StaticCache
@@ -164,21 +164,6 @@ class CompiledDecode:
             tokens_BT[:, position], logps_BT[:, position] = token_B, logp_B
             torch.logical_or(done_BT[:, position], ended_B, out=done_BT[:, position + 1])
             position_B1.add_(1)
-        return _rollout(prefill, tokens_BT, logps_BT, done_BT)
-
-
-def _rollout(
-    prefill: Prefill, tokens_BT: torch.Tensor, logps_BT: torch.Tensor, done_BT: torch.Tensor
-) -> Rollout:
-    """The decoded rows as a Rollout: a token is real while its row had not ended before it
-    (the EOS token itself included); columns after every row's end are dropped."""
-    masks_BT = (~done_BT[:, :-1]).long()
-    used = max(int(masks_BT.sum(dim=1).max()), 1)
-    return Rollout(
-        prompt_ids_BP=prefill.prompt_ids_BP,
-        prompt_mask_BP=prefill.prompt_mask_BP,
-        completion_ids_BT=tokens_BT[:, :used],
-        completion_mask_BT=masks_BT[:, :used],
-        sampler_logp_BT=logps_BT[:, :used],
-        stopped_B=done_BT[:, -1],
-    )
+        # A token is real while its row had not ended before it (the EOS token included).
+        masks_BT = (~done_BT[:, :-1]).long()
+        return decoded_rollout(prefill, tokens_BT, masks_BT, logps_BT, done_BT[:, -1])

@@ -24,7 +24,7 @@ from grpo.rollout.engine import (
     sampling_noise,
 )
 from grpo.rollout.hf_compiled import CompiledDecode, compilable
-from grpo.rollout.hf_prefill import Prefill, prefill_prompts
+from grpo.rollout.hf_prefill import Prefill, decoded_rollout, prefill_prompts
 from grpo.rollout.hf_turns import HFTurnSession
 from grpo.rollout.stop_strings import STOP_CHECK_EVERY, cut_after, first_stops
 from grpo.rollout.turns import TurnEngine, TurnSession
@@ -218,15 +218,7 @@ class TransformersEngine(RolloutEngine, TurnEngine):
                 **{prefill.cache_name: prefill.kv_cache},
             ).logits[:, -1, :]
             live.position_B1 = live.position_B1 + 1
-        used = max(int(masks_BT.sum(dim=1).max()), 1)  # the columns some row wrote into
-        return Rollout(
-            prompt_ids_BP=prefill.prompt_ids_BP,
-            prompt_mask_BP=prefill.prompt_mask_BP,
-            completion_ids_BT=tokens_BT[:, :used],
-            completion_mask_BT=masks_BT[:, :used],
-            sampler_logp_BT=logps_BT[:, :used],
-            stopped_B=stopped_B,
-        )
+        return decoded_rollout(prefill, tokens_BT, masks_BT, logps_BT, stopped_B)
 
     def _stop_or_compact(self, live: _LiveRows, prefill: Prefill) -> bool:
         """True when decoding may stop; else the ended rows leave the batch."""

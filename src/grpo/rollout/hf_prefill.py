@@ -15,7 +15,7 @@ from torch import nn
 
 from grpo.models.logprobs import positions_from_mask
 from grpo.models.wrappers import cache_kwarg
-from grpo.rollout.engine import RolloutRequest, left_pad
+from grpo.rollout.engine import Rollout, RolloutRequest, left_pad
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
@@ -75,6 +75,26 @@ def prefill_prompts(
         next_position_B1=positions_NP[select_B, -1:] + 1,
         kv_cache=kv_cache,
         cache_name=cache_name,
+    )
+
+
+def decoded_rollout(
+    prefill: Prefill,
+    tokens_BT: torch.Tensor,
+    masks_BT: torch.Tensor,
+    logps_BT: torch.Tensor,
+    stopped_B: torch.Tensor,
+) -> Rollout:
+    """The prefilled rows and what a decode loop wrote for them, as a Rollout: the
+    completion columns up to the last one some row wrote into (at least one)."""
+    used = max(int(masks_BT.sum(dim=1).max()), 1)
+    return Rollout(
+        prompt_ids_BP=prefill.prompt_ids_BP,
+        prompt_mask_BP=prefill.prompt_mask_BP,
+        completion_ids_BT=tokens_BT[:, :used],
+        completion_mask_BT=masks_BT[:, :used],
+        sampler_logp_BT=logps_BT[:, :used],
+        stopped_B=stopped_B,
     )
 
 
