@@ -72,9 +72,11 @@ class RolloutConfig:
     stop_strings: list[str] = field(default_factory=list)  # end a completion at any of these
     max_sequences_per_batch: int = 512  # generation chunk, bounds KV-cache memory
     engine: Literal["transformers", "vllm"] = "transformers"  # vllm: GPU, `grpo[vllm]` extra
-    # the built-in engine's decode step under torch.compile over a static KV cache (CUDA
-    # graphs on a GPU); "auto": on CUDA only (on a CPU it gains too little for its compile
-    # time, benchmarks/RESULTS.md); compiled once per shape, the time logged as time/compile
+    # the built-in engine's decode step (forward, sampling, log-prob, EOS check) under
+    # torch.compile over a static KV cache, CUDA graphs on a GPU; compiled once per shape
+    # (time/compile); ended rows stay in the batch, masked; stop strings, FSDP and [agent]
+    # turns decode eagerly; "auto": on CUDA only (on a CPU it gains too little for its
+    # compile time, benchmarks/RESULTS.md); tokens are the eager loop's but at near-ties
     compile: Literal[True, False, "auto"] = False
     vllm_gpu_memory_utilization: float = 0.3  # GPU share vLLM may take (it shares the GPU)
     vllm_sleep: bool = True  # free vLLM's GPU memory between rollouts (sleep mode)
@@ -230,9 +232,10 @@ class TrainConfig:
     # shared by the G completions (the same log-probs up to rounding); off under DDP/FSDP
     # and gradient checkpointing, which the log then says
     share_prompt: bool = True
-    # the policy's and reference's decoder under torch.compile for the training passes
-    # (fused element-wise ops; minutes of compiling at the start on a CPU, logged as
-    # time/compile); single process, chunked log-probs only
+    # the policy's and reference's decoder under torch.compile (dynamic shapes) for the
+    # training passes; sampling is unaffected; the first step compiles (about a minute on a
+    # 2-core CPU, time/compile); the same values and gradients up to rounding; single
+    # process, chunked log-probs only
     compile: bool = False
     seed: int = 0  # seeds sampling, shuffling and initialisation
     # torch CPU threads (grpo train/demo); 0 = $OMP_NUM_THREADS, else usable CPUs − busy ones
