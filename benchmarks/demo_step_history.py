@@ -1,7 +1,7 @@
 """The demo's GRPO step time at several commits of the project's history.
 
-    grpo demo --quick --work-dir /tmp/demo        # once: base/, train.jsonl, dev.jsonl, grpo.toml
-    .venv/bin/python benchmarks/demo_step_history.py --work-dir /tmp/demo \\
+    grpo demo --quick --work-dir demo-run        # once: base/, train.jsonl, dev.jsonl, grpo.toml
+    .venv/bin/python benchmarks/demo_step_history.py --work-dir demo-run \\
         [--commits 46b2a9b c89d6db HEAD] [--steps 100] [--threads 1] [--repeats 3] [--json out.json]
 
 Every commit trains the same warm-started model (``WORK_DIR/base``) on the same demo config
