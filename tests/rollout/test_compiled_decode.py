@@ -3,6 +3,8 @@ for the same uniforms, compiled once per shape, and where it is (not) used."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -30,6 +32,10 @@ def _engines(tiny_model_dir) -> tuple[TransformersEngine, TransformersEngine, li
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None,
+    reason="torch.compile on a CPU builds C++ kernels: no C++ compiler here",
+)
 def test_compiled_decode_samples_the_eager_loops_tokens(tiny_model_dir) -> None:
     eager, compiled, prompts = _engines(tiny_model_dir)
     for temperature in (1.0, 0.0):

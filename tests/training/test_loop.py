@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -138,6 +139,10 @@ def test_bad_config_names_the_key(
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None,
+    reason="torch.compile on a CPU builds C++ kernels: no C++ compiler here",
+)
 def test_compiled_training_passes_train_as_the_eager_ones(
     tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:
