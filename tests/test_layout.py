@@ -179,9 +179,9 @@ def test_a_stage_imports_no_other_stage() -> None:
     assert {"generate", "learn", "saving"} <= set(stages) and "loop" in stages
 
 
-def test_the_readme_shows_every_package_in_layer_order() -> None:
-    readme = (SRC.parents[1] / "README.md").read_text()
-    block = readme.split("## Layout\n\n```\n", 1)[1].split("```", 1)[0]
+def test_the_docs_show_every_package_in_layer_order() -> None:
+    page = (SRC.parents[1] / "docs" / "development.md").read_text()
+    block = page.split("## Layout\n\n```\n", 1)[1].split("```", 1)[0]
     shown = [line.split()[0].rstrip("/") for line in block.splitlines() if line.startswith("  ")]
     # Rooms are indented under their package: training/runtime → "runtime" after "training".
     expected = []
@@ -191,4 +191,4 @@ def test_the_readme_shows_every_package_in_layer_order() -> None:
             continue
         expected.append(package)
         expected.extend(ROOMS.get(package, ()))
-    assert shown == expected, "README's Layout: one line per package, in LAYERS order"
+    assert shown == expected, "docs/development.md, Layout: one line per package, in LAYERS order"

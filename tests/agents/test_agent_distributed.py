@@ -40,7 +40,7 @@ class DigitGame:
         if dump:  # each process counts the environments it makes
             with open(dump + ".created." + os.environ.get("RANK", "0"), "a") as handle:
                 handle.write(row["prompt"] + "\\n")
-        # Its randomness is its own, seeded by the row, as the README says to.
+        # Its randomness is its own, seeded by the row, as docs/agents.md says to.
         self.prompt, self.said, self.rng = row["prompt"], "", random.Random(row["prompt"])
 
     def reset(self):

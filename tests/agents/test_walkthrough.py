@@ -1,5 +1,5 @@
-"""The README's agents walkthrough, run as written: its files are written from the README's
-blocks into a fresh folder and its commands run there, on a tiny model and fewer steps
+"""The agents walkthrough (docs/walkthrough.md), run as written: its files are written from the
+page's blocks into a fresh folder and its commands run there, on a tiny model and fewer steps
 (the only changes, made by appending overrides, listed in SMALLER)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "walkthrough.md"
 FILE_MARK = re.compile(r"<!-- walkthrough-file: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
 COMMANDS_MARK = re.compile(r"<!-- walkthrough-commands -->\n```bash\n(.*?)```", re.DOTALL)
 COMMAND_TIMEOUT_S = 300  # each command; a busy machine takes a few times the quiet 10 s
@@ -30,14 +30,14 @@ SMALLER = [
 
 
 def walkthrough() -> tuple[dict[str, str], list[str]]:
-    text = README.read_text()
+    text = PAGE.read_text()
     files = {path: body for path, body in FILE_MARK.findall(text)}
     (block,) = COMMANDS_MARK.findall(text)
     commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
     return files, commands
 
 
-def test_the_readme_has_the_walkthrough() -> None:
+def test_the_page_has_the_walkthrough() -> None:
     files, commands = walkthrough()
     assert set(files) == {"units/units.py", "units/train.jsonl", "units/grpo.toml"}
     assert [c.split()[:2] for c in commands] == [

@@ -1,14 +1,25 @@
-"""The README's generated configuration reference and its metrics glossary stay complete."""
+"""The generated docs pages (the configuration reference, the metrics glossary) stay complete
+and up to date."""
 
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo.cli.docs import config_reference, field_docs, undocumented_fields, with_reference
+from grpo.cli.docs import (
+    config_reference,
+    field_docs,
+    generated_pages,
+    glossary_mismatches,
+    metrics_glossary,
+    stale_pages,
+    undocumented_fields,
+)
 from grpo.cli.main import main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+CONFIG_PAGE = DOCS / "reference" / "configuration.md"
+GLOSSARY_PAGE = DOCS / "reference" / "metrics.md"
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ def test_every_config_key_is_documented() -> None:
 
 def test_reference_rows_are_built_from_types_defaults_and_comments() -> None:
     reference = config_reference()
-    assert "#### `[[rewards]]`" in reference
+    assert "## `[[rewards]]`" in reference
     assert (
         '| `data.answer_format` | `"plain"` \\| `"gsm8k"` \\| `"math"` | `"plain"` | reduce the '
         "`answer` column to its final answer" in reference
@@ -49,23 +60,40 @@ def test_reference_rows_are_built_from_types_defaults_and_comments() -> None:
     assert '| `model.lora_target_modules` | list of strings | `["all-linear"]` |' in reference
 
 
-def test_readme_reference_is_up_to_date() -> None:
-    readme = README.read_text()
-    assert with_reference(readme) == readme, "run: grpo docs --write README.md"
-    assert main(["docs", "--check", str(README)]) == 0
+def test_the_generated_pages_are_up_to_date() -> None:
+    assert stale_pages(DOCS) == [], "run: grpo docs --write docs"
+    assert main(["docs", "--check", str(DOCS)]) == 0
+    assert main(["docs", "--check", str(CONFIG_PAGE)]) == 0
+    assert generated_pages(DOCS) == [CONFIG_PAGE, GLOSSARY_PAGE]
 
 
 def test_docs_check_fails_on_a_stale_copy(tmp_path, capsys) -> None:
-    stale = tmp_path / "README.md"
-    stale.write_text(README.read_text().replace("| `train.seed` |", "| `train.sead` |"))
-    assert main(["docs", "--check", str(stale)]) == 1
-    assert "out of date; run grpo docs --write" in capsys.readouterr().err
-    assert main(["docs", "--write", str(stale)]) == 0
-    assert stale.read_text() == README.read_text()
+    for page in (CONFIG_PAGE, GLOSSARY_PAGE):
+        (tmp_path / page.name).write_text(page.read_text())
+    stale = tmp_path / CONFIG_PAGE.name
+    stale.write_text(CONFIG_PAGE.read_text().replace("| `train.seed` |", "| `train.sead` |"))
+    assert main(["docs", "--check", str(tmp_path)]) == 1
+    assert "configuration.md: out of date; run grpo docs --write docs" in capsys.readouterr().err
+    assert main(["docs", "--write", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{stale}: updated\n"  # the glossary was fresh
+    assert stale.read_text() == CONFIG_PAGE.read_text()
+
+
+def test_a_folder_without_generated_pages_is_an_error(tmp_path, capsys) -> None:
+    (tmp_path / "page.md").write_text("# A page\n")
+    assert main(["docs", "--check", str(tmp_path)]) == 2
+    assert "no page holds a generated block" in capsys.readouterr().err
+
+
+def test_the_glossary_explains_exactly_the_metric_table() -> None:
+    unexplained, unknown = glossary_mismatches()
+    assert unexplained == [], "add a meaning for these to grpo.log.metric_glossary"
+    assert unknown == [], "grpo.log.metric_glossary explains keys the metric table lacks"
+    assert "| `reward/<name>/errors` | rows whose value was substituted" in metrics_glossary()
 
 
 def _glossary_keys() -> set[str]:
-    section = README.read_text().split("## Metrics glossary", 1)[1].split("\n## ", 1)[0]
+    section = GLOSSARY_PAGE.read_text()
     return set(re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE))
 
 
@@ -81,4 +109,6 @@ def test_every_logged_metric_is_in_the_glossary(trained_run_dir) -> None:
     }
     assert {"kl", "loss", "grad_norm", "eval/accuracy", "accuracy"} <= logged  # a full run
     missing = sorted(logged - _glossary_keys())
-    assert missing == [], "add these metrics to the README's Metrics glossary"
+    assert missing == [], (
+        "add these metrics to grpo.log.metric_glossary, then: grpo docs --write docs"
+    )

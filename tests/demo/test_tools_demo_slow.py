@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-STEPS = 30  # of the demo's 60: a smaller margin than the README's
+STEPS = 30  # of the demo's 60: a smaller margin than the documented run's
 MARGIN = 0.15  # held-out greedy accuracy after − before; the full demo measured +46.7 points
 
 

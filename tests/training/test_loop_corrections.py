@@ -16,7 +16,7 @@ from grpo.config import AlgorithmConfig, ConfigError, load_config
 from grpo.rewards.runner import RewardFunction
 from grpo.training.setup_learner import correction_settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 
 
 def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
@@ -50,7 +50,7 @@ def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
 
 
 def _glossary() -> set[str]:
-    section = README.read_text().split("## Metrics glossary", 1)[1].split("\n## ", 1)[0]
+    section = GLOSSARY.read_text()
     return set(re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE))
 
 

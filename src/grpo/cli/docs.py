@@ -1,9 +1,12 @@
-"""The configuration reference, generated from the config dataclasses' own comments.
+"""The generated documentation: the configuration reference and the metrics glossary.
 
-Each field's documentation is its comment: the ``# …`` lines directly above it and the
-``# …`` at the end of its line, in ``grpo/config/sections.py``. ``grpo docs`` prints the
-reference; ``grpo docs --write README.md`` puts it between the README's markers, and a test
-fails while the README's copy is out of date.
+Each config field's documentation is its comment: the ``# …`` lines directly above it and
+the ``# …`` at the end of its line, in ``grpo/config/sections.py``. Each metric's is its
+entry in :data:`grpo.log.metric_glossary.MEANINGS`, for the keys of
+:data:`grpo.log.metric_table.METRICS`. ``grpo docs`` prints the configuration reference;
+``grpo docs --write docs`` refreshes every generated block of the docs pages (the text
+between a page's ``<!-- BEGIN GENERATED … -->`` and ``<!-- END GENERATED … -->`` markers),
+and a test fails while a page's copy is out of date.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grpo.config import Config
+from grpo.log.metric_glossary import MEANINGS
+from grpo.log.metric_table import METRICS, metric
 
-BEGIN = "<!-- BEGIN GENERATED config reference: `grpo docs --write README.md` -->"
-END = "<!-- END GENERATED config reference -->"
+REGENERATE = "grpo docs --write docs"
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -127,7 +131,7 @@ def config_reference() -> str:
         is_array = typing.get_origin(hints[section]) is list
         header = f"[[{section}]]" if is_array else f"[{section}]"
         summary = (inspect.getdoc(cls) or "").replace("\n", " ")
-        parts += ["", f"#### `{header}`", ""]
+        parts += ["", f"## `{header}`", ""]
         if summary:
             parts += [summary, ""]
         prefix = "" if is_array else f"{section}."
@@ -135,20 +139,76 @@ def config_reference() -> str:
     return "\n".join(parts) + "\n"
 
 
-def with_reference(readme: str) -> str:
-    """``readme`` with the text between the markers replaced by :func:`config_reference`."""
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"the README lacks the markers {BEGIN!r} … {END!r}")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{config_reference()}{END}{tail}"
+def metrics_glossary() -> str:
+    """The glossary as Markdown: one row per key of :data:`MEANINGS`, in its order."""
+    rows = ["| key | meaning |", "|---|---|"]
+    for key, meaning in MEANINGS.items():
+        escaped = meaning.replace("|", "\\|")
+        rows.append(f"| `{key}` | {escaped} |")
+    return "\n".join(rows) + "\n"
 
 
-def write_reference(readme_path: str | Path) -> bool:
-    """Refresh the README's copy; True when it changed."""
-    path = Path(readme_path)
-    old = path.read_text()
-    new = with_reference(old)
-    if new != old:
-        path.write_text(new)
-    return new != old
+def glossary_mismatches() -> tuple[list[str], list[str]]:
+    """(metrics without a meaning, meanings of no metric); tests keep both empty."""
+    unexplained = [row.key for row in METRICS if row.key not in MEANINGS]
+    unknown = []
+    for key in MEANINGS:
+        try:
+            metric(key)
+        except KeyError:
+            if key != "step":  # every line of metrics.jsonl has it; nothing reduces it
+                unknown.append(key)
+    return unexplained, unknown
+
+
+GENERATORS = {"config reference": config_reference, "metrics glossary": metrics_glossary}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- BEGIN GENERATED {name}: `{REGENERATE}` -->", f"<!-- END GENERATED {name} -->"
+
+
+def with_generated(text: str) -> str:
+    """``text`` with every generated block it holds replaced by a fresh one."""
+    for name, generate in GENERATORS.items():
+        begin, end = _markers(name)
+        if begin not in text:
+            continue
+        head, rest = text.split(begin, 1)
+        if end not in rest:
+            raise ValueError(f"{begin!r} has no {end!r} after it")
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{generate()}{end}{tail}"
+    return text
+
+
+def generated_pages(target: str | Path) -> list[Path]:
+    """The Markdown pages under ``target`` (a page or a folder) that hold a generated block."""
+    path = Path(target)
+    pages = sorted(path.rglob("*.md")) if path.is_dir() else [path]
+    begins = [_markers(name)[0] for name in GENERATORS]
+    found = [page for page in pages if any(b in page.read_text() for b in begins)]
+    if not found:
+        raise ValueError(f"{target}: no page holds a generated block ({begins[0]!r} …)")
+    return found
+
+
+def stale_pages(target: str | Path) -> list[Path]:
+    """The pages under ``target`` whose generated blocks are out of date."""
+    return [
+        page
+        for page in generated_pages(target)
+        if with_generated(page.read_text()) != page.read_text()
+    ]
+
+
+def write_pages(target: str | Path) -> list[Path]:
+    """Refresh the generated blocks of the pages under ``target``; the pages that changed."""
+    changed = []
+    for page in generated_pages(target):
+        old = page.read_text()
+        new = with_generated(old)
+        if new != old:
+            page.write_text(new)
+            changed.append(page)
+    return changed

@@ -80,8 +80,8 @@ def add_train_parser(commands: Commands) -> None:
         description="Train from a TOML config. Any config key can be overridden on the "
         "command line as --section.key=value (a TOML value; a bare word is a string), "
         "e.g. --train.steps=200 --optim.lr=1e-5 --rollout.group_size=8.",
-        epilog="Every key, its type, default and meaning: `grpo docs`, or the README's "
-        "configuration reference.",
+        epilog="Every key, its type, default and meaning: `grpo docs`, or the "
+        "documentation's configuration reference (docs/reference/configuration.md).",
     )
     train.add_argument("config", help="path to the TOML config")
     train.add_argument(

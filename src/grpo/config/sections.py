@@ -1,7 +1,8 @@
 """The configuration's sections: one frozen dataclass per TOML table, and :class:`Config`.
 
 Each field's comment (the ``# …`` lines above it and the one at its end) is its
-documentation: ``grpo docs`` builds the README's configuration reference from them.
+documentation: ``grpo docs`` builds the configuration reference page from them
+(docs/reference/configuration.md).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class RolloutConfig:
     vllm_max_model_len: int = 0
     vllm_enforce_eager: bool = False  # skip CUDA-graph capture: faster start, slower decoding
     # sync: sample, then learn, in turn | async: worker processes sample while the learner
-    # trains (README "Asynchronous rollouts and several machines")
+    # trains (docs: "Asynchronous rollouts and Ray")
     mode: Literal["sync", "async"] = "sync"
     backend: Literal["local", "ray"] = "local"  # async workers: local processes | Ray actors
     workers: int = 1  # async rollout workers; a round's rows are split over them

@@ -6,7 +6,7 @@ generation round, on this process's rows), and the update and the timers (this p
 parts). So each key says how it reduces over the rounds of a step (DAPO's dynamic sampling)
 and over the processes of a torchrun job. :func:`merge_rounds` and
 :func:`reduce_processes` read this table; no reduction is written anywhere else. The
-meaning of each key is in the README's metrics glossary (a test checks both agree).
+meaning of each key is in :mod:`grpo.log.metric_glossary` (a test checks both agree).
 
 In a key, ``<name>`` stands for a reward function's name (``total``: their weighted sum)
 and ``<kind>`` for a kind of tool-call error; each matches one path segment.

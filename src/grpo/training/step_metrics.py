@@ -2,7 +2,8 @@
 
 Per-row values are the whole step's (gathered); each process's own parts (reward runner,
 producer, update, timings) are reduced over processes first, each key as the metric table
-says (:mod:`grpo.log.metric_table`). The glossary of every key is in the README.
+says (:mod:`grpo.log.metric_table`). The glossary of every key is
+:mod:`grpo.log.metric_glossary` (docs/reference/metrics.md).
 """
 
 from __future__ import annotations
