@@ -51,6 +51,11 @@ def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
         assert (site / page.parent / html).is_file(), page
     # The benchmark page is benchmarks/RESULTS.md, included whole.
     assert "The test suite's time" in (site / "benchmarks" / "index.html").read_text()
+    # Docstrings as Markdown (scripts/griffe_docstrings.py): doctests highlighted as
+    # sessions, Sphinx roles as code spans, `#{...}` counts as text rather than headings.
+    api = (site / "reference" / "api" / "algo" / "index.html").read_text()
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in api
+    assert ":func:" not in api and api.count("<h1") == 1
 
 
 @pytest.fixture
