@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from subprocess import CompletedProcess
 from types import SimpleNamespace
@@ -180,3 +182,26 @@ def gloo_jobs(tmp_path: Path) -> SimpleNamespace:
     return SimpleNamespace(
         run=run, steps=steps, metrics=metrics, assert_same_run=assert_same_run, tmp_path=tmp_path
     )
+
+
+@pytest.fixture
+def chromium_tab() -> Iterator[tuple[Any, list[str]]]:
+    """A tab of the system's headless Chromium, driven by playwright (nothing is downloaded),
+    and the list its console errors, uncaught exceptions and failed loads go to. Skips, saying
+    why, where no Chromium is installed (scripts/test.sh installs Debian's when it can)."""
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    executable = next((found for name in names if (found := shutil.which(name))), None)
+    if executable is None:
+        pytest.skip("no Chromium found (scripts/test.sh installs Debian's `chromium` when it can)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the dev extra)")
+    errors: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        # No sandbox: tests may run as root.
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            tab = browser.new_page()
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+            yield tab, errors
+        finally:
+            browser.close()

@@ -8,12 +8,12 @@ import functools
 import http.server
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,42 +77,19 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if found := shutil.which(name):
-            return found
-    pytest.skip(
-        "no Chromium found (scripts/test.sh installs Debian's `chromium` when it can): the "
-        "site's build was checked by test_the_site_builds_strictly_with_every_page instead"
-    )
-
-
-def test_three_pages_render_in_headless_chromium(served: str) -> None:
-    executable = _chromium()
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the dev extra)")
-    errors: list[str] = []
+def test_three_pages_render_in_headless_chromium(
+    served: str, chromium_tab: tuple[Any, list[str]]
+) -> None:
+    tab, errors = chromium_tab
     outside: list[str] = []
-    shown: dict[str, tuple[str, list[str]]] = {}
-    with sync_api.sync_playwright() as playwright:
-        # The system Chromium: nothing is downloaded. No sandbox: tests may run as root.
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            tab = browser.new_page()
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            tab.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
-            tab.on("request", lambda r: None if r.url.startswith(served) else outside.append(r.url))
-            for path in RENDERED:
-                tab.goto(served + path, wait_until="load")
-                title = tab.locator("article h1").first.inner_text()
-                headings = tab.locator("article h2, article h3").all_inner_texts()
-                shown[path] = (title, headings)
-        finally:
-            browser.close()
-    assert errors == [] and outside == []
+    tab.on("request", lambda r: None if r.url.startswith(served) else outside.append(r.url))
     for path, (title, headings) in RENDERED.items():
-        assert shown[path][0].strip("¶ \n") == title, path
+        tab.goto(served + path, wait_until="load")
+        assert tab.locator("article h1").first.inner_text().strip("¶ \n") == title, path
+        shown = tab.locator("article h2, article h3").all_inner_texts()
         for heading in headings:
-            assert any(heading in text for text in shown[path][1]), (path, heading)
+            assert any(heading in text for text in shown), (path, heading)
+    assert errors == [] and outside == []
 
 
 def _toml_examples() -> list:

@@ -5,6 +5,7 @@ import json
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,47 +82,31 @@ def test_page_parses_links_every_plot_and_escapes_completions(report_page: Path)
     assert "<h3>Step 2 (8 completions logged" in source and "<h3>Step 5 (1 completions" in source
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if found := shutil.which(name):
-            return found
-    pytest.skip(
-        "no Chromium found (scripts/test.sh installs Debian's `chromium` when it can): the "
-        "report page was checked by parsing its HTML instead "
-        "(test_page_parses_links_every_plot_and_escapes_completions)"
+def load_in_chromium(chromium_tab: tuple[Any, list[str]], page: Path) -> tuple[list[str], list]:
+    """Open ``page`` in the headless Chromium tab; returns its console errors (including
+    uncaught exceptions and failed loads) and each image's [src, naturalWidth, naturalHeight].
+    Where no Chromium can be had these tests skip, and the page is checked by parsing its
+    HTML instead (test_page_parses_links_every_plot_and_escapes_completions)."""
+    tab, errors = chromium_tab
+    tab.goto(page.as_uri(), wait_until="load")
+    images = tab.evaluate(
+        "Array.from(document.images).map(i => "
+        "[i.getAttribute('src'), i.naturalWidth, i.naturalHeight])"
     )
-
-
-def load_in_chromium(page: Path) -> tuple[list[str], list[list]]:
-    """Open ``page`` in headless Chromium; returns its console errors (including uncaught
-    exceptions and failed loads) and each image's [src, naturalWidth, naturalHeight]."""
-    executable = _chromium()
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the dev extra)")
-    errors: list[str] = []
-    with sync_api.sync_playwright() as playwright:
-        # The system Chromium: nothing is downloaded. No sandbox: tests may run as root.
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            tab = browser.new_page()
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            tab.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
-            tab.goto(page.as_uri(), wait_until="load")
-            images = tab.evaluate(
-                "Array.from(document.images).map(i => "
-                "[i.getAttribute('src'), i.naturalWidth, i.naturalHeight])"
-            )
-        finally:
-            browser.close()
     return errors, images
 
 
-def test_page_loads_in_headless_chromium_without_console_errors(report_page: Path) -> None:
-    errors, images = load_in_chromium(report_page)
+def test_page_loads_in_headless_chromium_without_console_errors(
+    report_page: Path, chromium_tab: tuple[Any, list[str]]
+) -> None:
+    errors, images = load_in_chromium(chromium_tab, report_page)
     assert errors == []
     assert images == [[plot.file, 640, 360] for plot in SHOWN]  # every plot decoded
 
 
-def test_the_chromium_check_does_catch_errors(tmp_path: Path) -> None:
+def test_the_chromium_check_does_catch_errors(
+    tmp_path: Path, chromium_tab: tuple[Any, list[str]]
+) -> None:
     """The harness above is not blind: a broken image and a script error are reported."""
     page = tmp_path / "broken.html"
     page.write_text(
@@ -129,7 +114,7 @@ def test_the_chromium_check_does_catch_errors(tmp_path: Path) -> None:
         '<img src="missing.png"><script>console.error("boom"); notDefined();</script>'
         "</body></html>"
     )
-    errors, images = load_in_chromium(page)
+    errors, images = load_in_chromium(chromium_tab, page)
     assert images == [["missing.png", 0, 0]]
     assert "boom" in errors
     assert any("ERR_FILE_NOT_FOUND" in error for error in errors)
