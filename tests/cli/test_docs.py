@@ -92,6 +92,13 @@ def test_the_glossary_explains_exactly_the_metric_table() -> None:
     assert "| `reward/<name>/errors` | rows whose value was substituted" in metrics_glossary()
 
 
+def test_grpo_docs_prints_either_reference(capsys) -> None:
+    assert main(["docs"]) == 0
+    assert capsys.readouterr().out == config_reference()
+    assert main(["docs", "--metrics"]) == 0
+    assert capsys.readouterr().out == metrics_glossary()
+
+
 def _glossary_keys() -> set[str]:
     section = GLOSSARY_PAGE.read_text()
     return set(re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE))
