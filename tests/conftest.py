@@ -56,6 +56,21 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct's ``.gguf`` (the real model), from the grpo cache, where
+    scripts/test.sh fetched it (or fetched here, once, under a file lock); the test skips,
+    saying why, where it cannot be had or ``GRPO_NO_SMOLLM2`` is set."""
+    from grpo.demo.smollm2 import FetchError, fetch_smollm2_gguf
+
+    if os.environ.get("GRPO_NO_SMOLLM2"):
+        pytest.skip("GRPO_NO_SMOLLM2 is set: the real-model tests skip")
+    try:
+        return fetch_smollm2_gguf()
+    except FetchError as error:
+        pytest.skip(f"SmolLM2-135M-Instruct cannot be had: {error}")
+
+
+@pytest.fixture(scope="session")
 def arithmetic_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from grpo.demo.task import make_splits, write_jsonl
 
