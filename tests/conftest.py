@@ -71,6 +71,79 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_tokenizer_dir(smollm2_gguf: Path) -> Path:
+    """SmolLM2's real tokenizer (BPE, 49,152 tokens, ChatML template), as ``load_tokenizer``
+    builds it from the GGUF, saved as a folder next to the file, once per transformers
+    version: converting the GGUF's vocabulary takes seconds, loading the folder does not."""
+    import transformers
+    from filelock import FileLock
+
+    from grpo.models.loading import load_tokenizer
+
+    folder = smollm2_gguf.parent / f"tokenizer-transformers-{transformers.__version__}"
+    with FileLock(str(smollm2_gguf.parent / ".tokenizer.lock")):
+        if not (folder / "tokenizer_config.json").is_file():
+            partial = folder.with_name(f"{folder.name}.partial")
+            load_tokenizer(str(smollm2_gguf)).save_pretrained(str(partial))
+            partial.rename(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def smollm2_tiny_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenizer_dir: Path) -> Path:
+    """A tiny random Llama (2 layers, width 32, tied embeddings) with SmolLM2's real
+    tokenizer and chat template: a real BPE vocabulary at the cost of the tiny model."""
+    from transformers import AutoTokenizer
+
+    from grpo.demo.model import build_tiny_llama
+
+    directory = tmp_path_factory.mktemp("smollm2_tiny")
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+    build_tiny_llama(
+        tokenizer, hidden_size=32, layers=2, heads=2, max_positions=512, directory=directory
+    )
+    return directory
+
+
+@pytest.fixture
+def offline_hub(tmp_path: Path) -> SimpleNamespace:
+    """A hub cache of our own, in huggingface_hub's layout, and the environment that makes
+    a subprocess use it offline. ``add(repo_id, folder, repo_type="model")`` puts a folder's
+    files in as the repository's ``main`` (``repo_folder_name(...)/refs/main`` → a commit,
+    ``snapshots/<commit>/<file>`` → ``blobs/<sha256>``) and returns the commit; ``env`` has
+    ``HF_HOME``, ``HF_HUB_CACHE`` (the cache), ``HF_DATASETS_CACHE`` and ``HF_HUB_OFFLINE=1``."""
+    import hashlib
+    import shutil
+
+    from huggingface_hub.file_download import repo_folder_name
+
+    cache = tmp_path / "hf" / "hub"
+
+    def add(repo_id: str, folder: Path, repo_type: str = "model") -> str:
+        repo = cache / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
+        commit = hashlib.sha1(f"{repo_type}/{repo_id}".encode()).hexdigest()
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, blob)
+            link = repo / "snapshots" / commit / file.relative_to(folder)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+        return commit
+
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(cache),
+        "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return SimpleNamespace(add=add, cache=cache, env=env)
+
+
+@pytest.fixture(scope="session")
 def arithmetic_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from grpo.demo.task import make_splits, write_jsonl
 

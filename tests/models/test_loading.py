@@ -1,4 +1,4 @@
-"""Model directories: missing, not a model, not a causal LM → one-line errors naming the key."""
+"""Model folders: missing, not a model, not a causal LM → one-line errors naming the key."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def _one_line(error: pytest.ExceptionInfo) -> str:
 
 
 def test_a_missing_directory_names_model_path(tmp_path) -> None:
-    with pytest.raises(FileNotFoundError) as error:
+    with pytest.raises(ModelError) as error:
         _policy(tmp_path / "nope")
     assert _one_line(error) == (
-        f"model.path: no local model directory at {str(tmp_path / 'nope')!r} "
-        "(nothing is downloaded)"
+        f"model.path: {str(tmp_path / 'nope')!r} is no local model directory "
+        "(a model is a local folder, a .gguf file or a Hub id org/name[@revision])"
     )
 
 
@@ -59,6 +59,6 @@ def test_a_model_that_is_not_a_causal_lm_is_named(tmp_path, tiny_model_dir) -> N
 
 
 def test_a_missing_tokenizer_directory_names_model_tokenizer_path(tmp_path, tiny_model_dir) -> None:
-    with pytest.raises(FileNotFoundError) as error:
+    with pytest.raises(ModelError) as error:
         load_tokenizer(str(tiny_model_dir), tokenizer_path=str(tmp_path / "nope"))
-    assert _one_line(error).startswith("model.tokenizer_path: no local model directory at ")
+    assert _one_line(error).startswith(f"model.tokenizer_path: {str(tmp_path / 'nope')!r} is no ")

@@ -1,5 +1,5 @@
 """What several commands share: the subparser type, the override check, quiet transformers,
-the early import of the code a config names."""
+the early import of the code a config names and the early check of the models it names."""
 
 from __future__ import annotations
 
@@ -57,3 +57,28 @@ def import_user_code(config: Config) -> None:
         get_parser(agent.parser)
     except ValueError as error:  # get_parser's own message names the field
         raise ConfigError(str(error)) from None
+
+
+def check_model_names(config: Config) -> None:
+    """What each model the config names is, checked before any model loads
+    (:func:`grpo.models.names.check_model_name`: files, a GGUF's header and architecture, the
+    hub cache when offline, the architecture; no weights read): ``model.path`` (a causal LM),
+    ``model.tokenizer_path`` and the ``path`` of each ``grpo.rewards:reward_model``. A mistake
+    is one ``ModelError`` line and exit 2 within seconds."""
+    from grpo.config import ConfigError
+    from grpo.models.names import check_model_name, model_name
+    from grpo.rewards.model import reward_model
+    from grpo.rewards.resolve import resolve_function
+
+    model = config.model
+    check_model_name(model_name(model.path, "model.path"), "causal_lm")
+    if model.tokenizer_path:
+        check_model_name(model_name(model.tokenizer_path, "model.tokenizer_path"), "tokenizer")
+    for index, reward in enumerate(config.rewards):
+        if resolve_function(reward.function, config.train.import_dirs) is not reward_model:
+            continue
+        key = f"rewards[{index}].options.path"
+        path = reward.options.get("path")
+        if not isinstance(path, str):
+            raise ConfigError(f"{key}: grpo.rewards:reward_model needs the reward model's path")
+        check_model_name(model_name(path, key), "sequence_classifier")

@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo.cli.common import Commands, bad_overrides, import_user_code, quiet_transformers
+from grpo.cli.common import (
+    Commands,
+    bad_overrides,
+    check_model_names,
+    import_user_code,
+    quiet_transformers,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -44,6 +50,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         return 2
     config = eval_config(args, overrides)
     import_user_code(config)  # a bad tool or reward spec fails here, before any model loads
+    check_model_names(config)  # and a bad model name, a missing .gguf or an uncached Hub id
     check_engine_available(config.rollout.engine)  # as grpo train: before anything loads
     quiet_transformers()
     model_cfg = config.model
@@ -108,7 +115,9 @@ def add_eval_parser(commands: Commands) -> None:
         description="pass@1 (greedy), pass@k (sampled) and mean rewards of a model on a "
         "prompt set. --section.key=value overrides apply as in `grpo train` (see `grpo docs`).",
     )
-    evaluate.add_argument("model", help="local model directory")
+    evaluate.add_argument(
+        "model", help="a local model folder, a .gguf file or a Hub id org/name[@revision]"
+    )
     evaluate.add_argument("data", nargs="?", help="the prompt set (or --data)")
     evaluate.add_argument("--data", dest="data_option", metavar="FILE", help="the prompt set")
     evaluate.add_argument(

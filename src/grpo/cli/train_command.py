@@ -9,7 +9,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from grpo.cli.common import Commands, bad_overrides, import_user_code, quiet_transformers
+from grpo.cli.common import (
+    Commands,
+    bad_overrides,
+    check_model_names,
+    import_user_code,
+    quiet_transformers,
+)
 from grpo.models.threads import apply_threads
 
 
@@ -24,6 +30,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     quiet = ["--train.quiet=true"] if args.quiet else []
     config = load_config(args.config, overrides + quiet)
     import_user_code(config)  # a bad tool or reward spec fails here, before any model loads
+    check_model_names(config)  # and a bad model name, a missing .gguf or an uncached Hub id
     quiet_transformers()
     rollout = config.rollout  # local asynchronous workers take CPUs of their own
     local_workers = rollout.mode == "async" and rollout.backend == "local"

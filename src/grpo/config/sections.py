@@ -27,10 +27,12 @@ DEFAULT_SELF_CORRECTION_PHRASES = (
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The policy: a local Hugging Face causal-LM directory, its precision and LoRA."""
+    """The policy: a causal LM (a folder, a .gguf file or a Hub id), its precision and LoRA."""
 
-    path: str = ""  # a local Hugging Face causal-LM directory (weights + tokenizer)
-    tokenizer_path: str = ""  # defaults to `path`
+    # a local Hugging Face folder | a .gguf file, dequantized into `dtype` (the `gguf` extra)
+    # | a Hub id org/name[@revision] (from_pretrained: the hub cache and HF_HUB_OFFLINE apply)
+    path: str = ""
+    tokenizer_path: str = ""  # a folder, .gguf file or Hub id, as `path`; "" = `path`'s
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute
     device: str = "auto"  # "auto" = cuda when available, else cpu
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory
@@ -46,7 +48,12 @@ class ModelConfig:
 class DataConfig:
     """Training prompts: the file, its columns, and how each prompt becomes model input."""
 
-    train_path: str = ""  # JSONL, JSON, CSV, TSV, Parquet, Arrow, or a save_to_disk folder
+    # JSONL, JSON, CSV, TSV, Parquet or Arrow file; a folder (save_to_disk's, or data files
+    # laid out as a Hub dataset); or a Hub dataset id org/name[@revision], through
+    # datasets.load_dataset (its cache and HF_HUB_OFFLINE apply; the `datasets` extra)
+    train_path: str = ""
+    config: str = ""  # a Hub dataset's configuration (load_dataset's name; eval.path's too)
+    split: str = "train"  # the split train_path reads in a Hub dataset or a folder of splits
     prompt_column: str = "prompt"  # the column holding the prompt text
     # reward argument → dataset column, e.g. { answer = "solution" }
     column_map: dict[str, str] = field(default_factory=dict)
@@ -217,6 +224,7 @@ class EvalConfig:
     """Held-out greedy accuracy during training."""
 
     path: str = ""  # held-out prompts (same formats as data.train_path); "" = no evaluation
+    split: str = "test"  # the split eval.path reads in a Hub dataset or a folder of splits
     every: int = 0  # steps between evaluations (0 = only before and after training)
     max_new_tokens: int = 0  # 0 = rollout.max_new_tokens
     reward: str = ""  # "module:function" scoring ≥ 1 as correct; "" = the accuracy reward

@@ -28,10 +28,13 @@ class Rule(NamedTuple):
 
 CROSS_FIELD: dict[str, Rule] = {
     "model_path": Rule(
-        lambda c: bool(c.model.path), "model.path must name a local model directory"
+        lambda c: bool(c.model.path),
+        "model.path must name a model: a local folder, a .gguf file or a Hub id "
+        "org/name[@revision]",
     ),
     "train_path": Rule(
-        lambda c: bool(c.data.train_path), "data.train_path must name a dataset file"
+        lambda c: bool(c.data.train_path),
+        "data.train_path must name a dataset: a file, a folder or a Hub dataset id org/name",
     ),
     "column_map": Rule(
         lambda c: all(isinstance(v, str) for v in c.data.column_map.values()),

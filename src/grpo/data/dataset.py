@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.data.files import DataError, numbered_rows
+from grpo.data.files import DataError, dataset_rows
 from grpo.text.boxed import last_boxed
 
 
@@ -113,10 +113,11 @@ def load_prompt_dataset(
     skip_bad_rows: bool = False,
     column_map: dict[str, str] | None = None,
     answer_format: str = "plain",
+    dataset_config: str = "",
+    split: str = "",
 ) -> PromptDataset:
-    """Read, check, format and tokenize every row of a prompt dataset.
-
-    A bad row (missing the prompt or a column the first row has, an empty prompt, a prompt
+    """Read, check, format and tokenize every row of a prompt dataset: a file, a folder, or a
+    Hub dataset id (``dataset_config`` and ``split`` choose in it). A bad row (missing the prompt or a column the first row has, an empty prompt, a prompt
     over ``max_prompt_tokens`` unless truncated) is a :class:`DataError` naming the file and
     row, or with ``skip_bad_rows`` left out and counted in ``skipped``. ``column_map`` maps
     the names reward functions see to the dataset's columns (e.g. ``{"answer":
@@ -124,7 +125,7 @@ def load_prompt_dataset(
     :func:`reference_answer`) then reduces the ``answer`` column to the final answer.
     """
     skipped: dict[str, list[int]] = {}
-    rows = numbered_rows(Path(path), skipped if skip_bad_rows else None)
+    path, rows = dataset_rows(path, skipped if skip_bad_rows else None, dataset_config, split)
     if not rows:
         raise DataError(f"{path}: the dataset is empty")
     column_map = dict(column_map or {})

@@ -1,14 +1,18 @@
-"""Loading the policy, the frozen reference model and the tokenizer from local directories."""
+"""Loading the policy, the frozen reference model and the tokenizer, from a local folder, a
+``.gguf`` file or a Hub id (:mod:`grpo.models.names`)."""
 
 from __future__ import annotations
 
-import json
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from grpo.models.gguf_loading import dequantized_gguf, match_gguf_special_tokens
+from grpo.models.names import ModelError, check_gguf_file, first_line, model_name
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -23,58 +27,48 @@ def pick_device(name: str, local_rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
-class ModelError(ValueError):
-    """A model or tokenizer directory that cannot be loaded; the message names the key."""
-
-
-def require_local_directory(path: str, key: str) -> None:
-    """Nothing is downloaded: a path that is not a local directory is an error naming its key."""
-    if not Path(path).is_dir():
-        raise FileNotFoundError(
-            f"{key}: no local model directory at {path!r} (nothing is downloaded)"
-        )
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def load_tokenizer(path: str, *, tokenizer_path: str = "") -> Any:
-    """The tokenizer at ``tokenizer_path``, or with the model at ``path`` when that is
-    empty; errors name the key it came from."""
+    """The tokenizer named by ``tokenizer_path``, or with the model ``path`` when that is
+    empty (a folder, a ``.gguf`` file or a Hub id, :mod:`grpo.models.names`); errors name the
+    key it came from. A GGUF's BOS, EOS and pad are checked against its own metadata."""
     from transformers import AutoTokenizer
 
-    where = tokenizer_path or path
     key = "model.tokenizer_path" if tokenizer_path else "model.path"
-    require_local_directory(where, key)
+    name = model_name(tokenizer_path or path, key)
+    if name.kind == "gguf":
+        check_gguf_file(name)
+    where, options = name.pretrained()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where)
+        tokenizer = AutoTokenizer.from_pretrained(where, **options)
     except (OSError, ValueError, TypeError, KeyError) as error:
-        raise ModelError(
-            f"{key}: no loadable tokenizer in {where} ({_first_line(error)})"
-        ) from None
+        raise ModelError(f"{key}: no loadable tokenizer in {name} ({first_line(error)})") from None
+    if name.kind == "gguf":
+        match_gguf_special_tokens(tokenizer, name)
     if tokenizer.pad_token_id is None:
         # Padding positions are always masked out; any id will do, EOS is the usual choice.
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"model.tokenizer_path: tokenizer at {where} has no EOS token")
+        raise ModelError(f"{key}: the tokenizer of {name} has no EOS token")
     return tokenizer
 
 
 def _load_causal_lm(path: str, dtype: str, device: torch.device) -> nn.Module:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    require_local_directory(path, "model.path")
-    if not (Path(path) / "config.json").is_file():
+    name = model_name(path, "model.path")
+    if name.kind == "folder" and not (Path(path) / "config.json").is_file():
         raise ModelError(f"model.path: {path} has no config.json: not a Hugging Face model folder")
+    if name.kind == "gguf":
+        return dequantized_gguf(name, DTYPES[dtype]).to(device)
+    where, options = name.pretrained()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=DTYPES[dtype], **options)
     except (OSError, ValueError, KeyError) as error:
-        reason = _first_line(error)
+        reason = first_line(error)
         if "Unrecognized configuration class" in reason:
-            model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+            model_type = AutoConfig.from_pretrained(where, **options).model_type
             reason = f"a {model_type!r} model is not a causal LM (AutoModelForCausalLM)"
-        raise ModelError(f"model.path: cannot load {path}: {reason}") from None
+        raise ModelError(f"model.path: cannot load {name}: {reason}") from None
     return model.to(device)
 
 
@@ -151,9 +145,13 @@ def load_policy(
     return model
 
 
-def load_reference(path: str, device: torch.device, *, dtype: str) -> nn.Module:
-    """A frozen copy of the starting policy (no grad, eval mode)."""
-    model = _load_causal_lm(path, dtype, device)
+def load_reference(
+    path: str, device: torch.device, *, dtype: str, policy: nn.Module | None = None
+) -> nn.Module:
+    """A frozen copy of the starting policy (no grad, eval mode): loaded from ``path``, or
+    copied from ``policy`` when given, the policy just loaded from the same ``path`` (the same
+    tensors; a ``.gguf`` file is then dequantized once, not twice)."""
+    model = copy.deepcopy(policy) if policy is not None else _load_causal_lm(path, dtype, device)
     model.requires_grad_(False)
     model.eval()
     return model

@@ -5,14 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from grpo.models.loading import (
-    DTYPES,
-    TrainableSpec,
-    lora_config,
-    require_local_directory,
-    turn_off_dropout,
-)
+from grpo.models.gguf_loading import dequantized_gguf
+from grpo.models.loading import DTYPES, TrainableSpec, lora_config, turn_off_dropout
 from grpo.models.logprobs import positions_from_mask
+from grpo.models.names import model_name
 
 
 class ValueModel(nn.Module):
@@ -42,8 +38,12 @@ def load_value_model(path: str, device: torch.device, spec: TrainableSpec) -> Va
     zero-initialised head: V starts at 0."""
     from transformers import AutoModel
 
-    require_local_directory(path, "model.path")
-    body = AutoModel.from_pretrained(path, dtype=DTYPES[spec.dtype])
+    name = model_name(path, "model.path")
+    if name.kind == "gguf":
+        body = dequantized_gguf(name, DTYPES[spec.dtype]).get_decoder()  # the LM head dropped
+    else:
+        where, options = name.pretrained()
+        body = AutoModel.from_pretrained(where, dtype=DTYPES[spec.dtype], **options)
     if spec.disable_dropout:
         turn_off_dropout(body)
     if spec.gradient_checkpointing:

@@ -1,8 +1,9 @@
-"""Learned reward model: a local ``AutoModelForSequenceClassification`` scores each
+"""Learned reward model: an ``AutoModelForSequenceClassification`` scores each
 (prompt, completion) pair.
 
 Configure it as ``function = "grpo.rewards:reward_model"`` with ``options = { path =
-"/models/my-rm" }``. The directory must hold the model and its tokenizer. The model is
+"/models/my-rm" }``: a local folder holding the model and its tokenizer, or a Hub id
+``org/name[@revision]`` (:mod:`grpo.models.names`; checked at start-up). The model is
 loaded once per (path, device, dtype) and cached for the run; it is frozen
 (``requires_grad_(False)``), in eval mode, and run under ``torch.inference_mode()``.
 
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+
+from grpo.models.names import check_model_name, model_name
 
 
 @dataclass
@@ -57,8 +60,14 @@ def load_reward_model(
         if key not in _CACHE:
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForSequenceClassification.from_pretrained(path, dtype=_DTYPES[dtype])
+            name = model_name(str(path), "reward_model: path")
+            if name.kind == "gguf":  # says why a .gguf file cannot be one
+                check_model_name(name, "sequence_classifier")
+            where, options = name.pretrained()
+            tokenizer = AutoTokenizer.from_pretrained(where, **options)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                where, dtype=_DTYPES[dtype], **options
+            )
             if tokenizer.pad_token is None:  # batches need padding; many causal LMs lack a pad
                 tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
             if tokenizer.pad_token is None:

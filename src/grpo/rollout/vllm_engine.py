@@ -160,7 +160,12 @@ class VLLMEngine(RolloutEngine, TurnEngine):
         sleep: bool = True,
         enforce_eager: bool = False,
         seed: int = 0,
+        revision: str | None = None,
+        tokenizer_revision: str | None = None,
+        load_format: str = "auto",
     ) -> None:
+        """``model_path`` and ``tokenizer_path``: folders or Hub ids (with their revisions);
+        ``load_format = "dummy"``: random weights, for the caller to sync its own into."""
         vllm = import_vllm()
         self.pad_token_id = pad_token_id
         self.eos_token_ids = eos_token_ids
@@ -171,6 +176,9 @@ class VLLMEngine(RolloutEngine, TurnEngine):
         arguments: dict[str, Any] = {
             "model": model_path,
             "tokenizer": tokenizer_path,
+            "revision": revision,
+            "tokenizer_revision": tokenizer_revision,
+            "load_format": load_format,
             "dtype": dtype,
             "gpu_memory_utilization": gpu_memory_utilization,
             "max_model_len": max_model_len,

@@ -180,7 +180,12 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
 
 
 def load_dataset_for(
-    path: str | Path, tokenizer: Any, data: DataConfig, *, agent: bool = False
+    path: str | Path,
+    tokenizer: Any,
+    data: DataConfig,
+    *,
+    agent: bool = False,
+    split: str | None = None,
 ) -> PromptDataset:
     """The prompts at ``path`` (the training set or a held-out one), read, checked and
     formatted as the ``[data]`` section says.
@@ -188,7 +193,8 @@ def load_dataset_for(
     ``agent`` (an ``[agent]`` run): the prompts stay the text of the user's first message,
     since the agent renders the whole conversation itself (``grpo.agents.chat``); with
     ``data.chat_template`` the system prompt is its system message (see ``agent_settings``),
-    not text put before the prompt."""
+    not text put before the prompt. ``split``: in a Hub dataset (or a folder of splits);
+    None = ``data.split``."""
     templated = data.chat_template and not agent
     return load_prompt_dataset(
         path,
@@ -201,6 +207,8 @@ def load_dataset_for(
         skip_bad_rows=data.skip_bad_rows,
         column_map=data.column_map,
         answer_format=data.answer_format,
+        dataset_config=data.config,
+        split=data.split if split is None else split,
     )
 
 
@@ -242,7 +250,11 @@ def _evaluator(
         greedy_accuracy,
         tokenizer=tokenizer,
         dataset=load_dataset_for(
-            config.eval.path, tokenizer, config.data, agent=config.agent.enabled
+            config.eval.path,
+            tokenizer,
+            config.data,
+            agent=config.agent.enabled,
+            split=config.eval.split,
         ),
         reward=reward,
         max_new_tokens=config.eval.max_new_tokens or config.rollout.max_new_tokens,

@@ -15,6 +15,7 @@ from grpo.algo.off_policy import resolve_off_policy
 from grpo.config import AlgorithmConfig, Config, ConfigError, ModelConfig
 from grpo.models.loading import LoraSpec, TrainableSpec, load_policy, load_reference
 from grpo.models.logprobs import compile_training_passes
+from grpo.models.names import model_name
 from grpo.models.value import load_value_model
 from grpo.training.runtime.distributed import Dist
 from grpo.training.runtime.optim import Optimization, adamw, build_optimizer
@@ -37,13 +38,19 @@ def build_models(
         trainable_spec(model),
         adapter_path=resumed if uses_lora else None,
     )
+    frozen = None
+    if config.algorithm.beta > 0 and not uses_lora and resumed is None and _is_gguf(model.path):
+        # π_ref copied from the policy just dequantized, not dequantized again; copied before
+        # wrapping, so that neither DDP's hooks nor FSDP's shards come with it.
+        frozen = load_reference(model.path, device, dtype=model.dtype, policy=policy)
     trained = wrap_for_training(policy, dist)
     reference = Reference()
     if config.algorithm.beta > 0:
         if uses_lora:  # the base weights are the reference: no second copy in memory
             reference = Reference(context=policy.disable_adapter)
         else:
-            frozen = load_reference(model.path, device, dtype=model.dtype)
+            if frozen is None:
+                frozen = load_reference(model.path, device, dtype=model.dtype)
             reference = Reference(model=shard_fsdp(frozen, dist) if dist.fsdp else frozen)
     if config.train.compile:
         for passes in (trained, reference.model):
@@ -53,6 +60,10 @@ def build_models(
                     "(DDP, FSDP or scaled logits), which is not compiled; set it to false"
                 )
     return policy, trained, reference
+
+
+def _is_gguf(path: str) -> bool:
+    return model_name(path, "model.path").kind == "gguf"
 
 
 def trainable_spec(model: ModelConfig) -> TrainableSpec:
