@@ -93,25 +93,21 @@ def test_hub_ids_train_and_evaluate_offline_from_the_cache(cached: SimpleNamespa
 
 
 def test_a_hub_id_missing_offline_is_one_line_and_exit_2(cached: SimpleNamespace) -> None:
-    missing = _grpo(
-        cached.hub, "train", str(cached.config), "--model.path=acme/gone", cwd=cached.tmp
-    )
-    assert missing.returncode == 2
-    assert missing.stderr == (
+    def stopped(model: str) -> str:
+        """``grpo train`` with ``model.path = model``: exit 2, and its one line."""
+        run = _grpo(
+            cached.hub, "train", str(cached.config), f"--model.path={model}", cwd=cached.tmp
+        )
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        return run.stderr
+
+    assert stopped("acme/gone") == (
         "grpo train: error: model.path: the Hub model 'acme/gone' is not in the hub cache and "
         "HF_HUB_OFFLINE is set: fetch it first with `hf download acme/gone` while online (or "
         "name a local folder or .gguf file)\n"
     )
-    pinned = _grpo(
-        cached.hub, "train", str(cached.config), "--model.path=acme/tiny-llama@v2", cwd=cached.tmp
-    )
-    assert pinned.returncode == 2
-    assert "`hf download acme/tiny-llama --revision v2`" in pinned.stderr
-    not_causal = _grpo(
-        cached.hub, "train", str(cached.config), "--model.path=acme/vit", cwd=cached.tmp
-    )
-    assert not_causal.returncode == 2
-    assert not_causal.stderr == (
+    assert "`hf download acme/tiny-llama --revision v2`" in stopped("acme/tiny-llama@v2")
+    assert stopped("acme/vit") == (
         "grpo train: error: model.path: acme/vit: a 'vit' model is not a causal LM "
         "(AutoModelForCausalLM)\n"
     )
