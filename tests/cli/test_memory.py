@@ -107,3 +107,10 @@ def test_architecture_from_a_local_config(tiny_model_dir) -> None:
     assert (
         main(["memory", "--config", str(tiny_model_dir), "--sequences", "4", "--length", "16"]) == 0
     )
+
+
+def test_architecture_from_a_gguf_file(smollm2_gguf) -> None:
+    architecture = architecture_from_config(str(smollm2_gguf))
+    assert architecture.parameters == 134_515_008  # SmolLM2-135M, tied embeddings once
+    assert (architecture.layers, architecture.hidden_size, architecture.kv_width) == (30, 576, 192)
+    assert architecture.vocab_size == 49152

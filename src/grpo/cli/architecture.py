@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo.models.names import model_name
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -39,7 +41,8 @@ class Architecture:
 
 
 def architecture_from_config(path: str) -> Architecture:
-    """Shapes and the exact parameter count of the model a local HF config describes.
+    """Shapes and the exact parameter count of the model ``path`` names: a local folder, a
+    Hub id or a ``.gguf`` file (:mod:`grpo.models.names`), its config alone read.
 
     The model is built on the meta device (no memory, no weights read), so any architecture
     transformers knows is counted exactly, tied embeddings once.
@@ -47,7 +50,8 @@ def architecture_from_config(path: str) -> Architecture:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path)
+    where, options = model_name(path, "--config").pretrained()
+    config = AutoConfig.from_pretrained(where, **options)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

@@ -28,7 +28,11 @@ def _count(text: str) -> int:
 def add_memory_parser(commands: Commands) -> None:
     parser = commands.add_parser("memory", help="plan GRPO vs PPO training memory, row by row")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", help="a local HF model directory (its config.json is read)")
+    source.add_argument(
+        "--config",
+        help="a model: a local HF folder, a Hub id org/name[@rev] or a .gguf file (its config "
+        "alone is read)",
+    )
     source.add_argument("--params", type=_count, help="a parameter count instead: 7e9, 7B, 350M")
     parser.add_argument("--precision", choices=get_args(Precision), default="mixed")
     parser.add_argument("--optimizer", choices=get_args(Optimizer), default="adamw")

@@ -117,13 +117,13 @@ def load_prompt_dataset(
     split: str = "",
 ) -> PromptDataset:
     """Read, check, format and tokenize every row of a prompt dataset: a file, a folder, or a
-    Hub dataset id (``dataset_config`` and ``split`` choose in it). A bad row (missing the prompt or a column the first row has, an empty prompt, a prompt
-    over ``max_prompt_tokens`` unless truncated) is a :class:`DataError` naming the file and
-    row, or with ``skip_bad_rows`` left out and counted in ``skipped``. ``column_map`` maps
-    the names reward functions see to the dataset's columns (e.g. ``{"answer":
-    "solution"}``); the dataset's own columns are passed as well. ``answer_format`` (see
-    :func:`reference_answer`) then reduces the ``answer`` column to the final answer.
-    """
+    Hub dataset id (``dataset_config`` and ``split`` choose in it). A bad row (missing the
+    prompt or a column the first row has, an empty prompt, a prompt over
+    ``max_prompt_tokens`` unless truncated) is a :class:`DataError` naming the file and row,
+    or with ``skip_bad_rows`` left out and counted in ``skipped``. ``column_map`` maps the
+    names reward functions see to the dataset's columns (e.g. ``{"answer": "solution"}``);
+    the dataset's own columns are passed as well. ``answer_format`` (see
+    :func:`reference_answer`) then reduces the ``answer`` column to the final answer."""
     skipped: dict[str, list[int]] = {}
     path, rows = dataset_rows(path, skipped if skip_bad_rows else None, dataset_config, split)
     if not rows:
