@@ -80,14 +80,23 @@ class Difference:
     new: str
 
 
+def added_keys(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """Keys the new run logs and the base run never did: metrics the change adds, which
+    have nothing to be compared with (they are listed; a key the base run had is always
+    compared, so a renamed or dropped one still differs)."""
+    return sorted({k for row in new for k in row} - {k for row in base for k in row})
+
+
 def key_differences(
     base: list[dict[str, Any]], new: list[dict[str, Any]]
 ) -> dict[str, list[Difference]]:
-    """Key → the rows where its value differs, exactly (timing keys aside)."""
+    """Key → the rows where its value differs, exactly (timing keys and the keys the new
+    code adds aside)."""
     by_key: dict[str, list[Difference]] = {}
+    added = set(added_keys(base, new))
     for index, (a, b) in enumerate(zip(base, new, strict=False), start=1):
         for key in sorted(set(a) | set(b)):
-            if is_timing(key):
+            if is_timing(key) or key in added:
                 continue
             left = canonical(a[key]) if key in a else "(absent)"
             right = canonical(b[key]) if key in b else "(absent)"
@@ -114,6 +123,8 @@ def compare_metrics(base_dir: Path, new_dir: Path) -> tuple[str, list[str]]:
     keys = {k for row in base for k in row if not is_timing(k)}
     timing = sorted({k for row in base + new for k in row if is_timing(k)})
     summary = f"{len(base)} lines × {len(keys)} keys; timings ignored: {', '.join(timing)}"
+    if added := [k for k in added_keys(base, new) if not is_timing(k)]:
+        summary += f"; added by the new code (not in the base run): {', '.join(added)}"
     return summary, problems
 
 
@@ -134,7 +145,8 @@ def compare_rows(base_dir: Path, new_dir: Path, name: str) -> tuple[str, list[st
         problems.append(f"  {key}: differs on {len(where)} of {len(base)} rows{on_steps}")
         first = f"row {where[0].index}: base {where[0].base}, new {where[0].new}"
         problems.append(f"      first: {first if len(first) <= 160 else first[:157] + '...'}")
-    return f"{len(base)} rows", problems
+    added = added_keys(base, new)
+    return f"{len(base)} rows" + (f"; added columns: {', '.join(added)}" if added else ""), problems
 
 
 def compare(base_dir: Path, new_dir: Path) -> list[str]:

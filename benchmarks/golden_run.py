@@ -21,8 +21,9 @@ tokens are covered too. ``golden_configs.py`` describes both in full.
 Both use train.seed 7 (not 0, which would hide a changed seed multiplier such as the
 curriculum sampler's). For each config both runs must give bitwise-equal final weights (every
 tensor of ``final/*.safetensors``), identical ``metrics.jsonl`` lines (exact values; keys
-starting with ``time/`` or ending in ``/seconds`` are timings and ignored), and identical
-``completions.jsonl`` and ``prompt_stats.jsonl`` rows. The summary also shows, from the
+starting with ``time/`` or ending in ``/seconds`` are timings and ignored, and a key the
+base run never logged, a metric the change adds, is listed rather than compared), and
+identical ``completions.jsonl`` and ``prompt_stats.jsonl`` rows. The summary also shows, from the
 commit's metrics, what the config exercised: for ``single`` that dynamic sampling drew more
 than one round on some step and that groups were trained; for ``agent`` that rows ran more
 than one turn, tools were called, tokens were inserted, the environment rewarded and agent/*

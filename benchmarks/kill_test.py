@@ -1,6 +1,6 @@
 """Kill test: SIGKILL `grpo train` at random moments, resume each time, compare with a clean run.
 
-    python benchmarks/kill_test.py                 # 20 kills (a few minutes on a CPU)
+    python benchmarks/kill_test.py --seed 17       # 20 kills (10-15 minutes on a CPU)
     python benchmarks/kill_test.py --kills 3 --steps 8
 
 A tiny random Llama trains on the arithmetic task with a checkpoint every step
@@ -12,7 +12,9 @@ checkpoint write (as soon as the staging folder appears, plus 0-10 ms). After ev
 every `step-K` folder present must read back completely (manifest sizes, every
 safetensors tensor, the trainer state via weights_only), and `latest` must name one.
 Finally the run is resumed to the end and must match the uninterrupted run: the final
-weights bitwise, and metrics.jsonl line for line (timing fields aside).
+weights bitwise, and every log row for row: metrics.jsonl (timing fields aside),
+completions.jsonl (a table every step), prompt_stats.jsonl and the TensorBoard events as
+TensorBoard reads them (scalars other than timings, and the completion tables).
 
 Exits non-zero on any failure. Prints one summary line (and writes it with --json).
 """
@@ -54,7 +56,8 @@ def prepare(work_dir: Path, steps: int) -> Path:
         "[algorithm]\nbeta = 0.05\n"
         '[optim]\nlr = 3e-3\nschedule = "linear"\nwarmup_steps = 2\n'
         f"[train]\nsteps = {steps}\nprompts_per_step = 2\nsave_every = 1\n"
-        "keep_checkpoints = 2\nprogress = false\ntensorboard = false\n"
+        "keep_checkpoints = 2\nprogress = false\ncompletions_every = 1\n"
+        f"tensorboard = {'true' if _has_tensorboard() else 'false'}\n"
     )
     return config
 
@@ -125,9 +128,49 @@ def kill_during_write(process: subprocess.Popen, run_dir: Path, nth: int, rng: r
         time.sleep(0.0005)
 
 
-def metric_lines(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def _has_tensorboard() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def rows_of(run_dir: Path, name: str) -> list[dict]:
+    """A JSONL log's rows, timing fields left out ([] when the file is missing)."""
+    path = run_dir / name
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
     return [{k: v for k, v in r.items() if not any(t in k for t in TIMING)} for r in rows]
+
+
+def tensorboard_events(run_dir: Path) -> dict[str, list]:
+    """Each tag's (step, value) events as TensorBoard's own reader shows them (the events a
+    resume purged left out): every scalar other than timings, and the completion tables."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator as reader
+
+    events = reader.EventAccumulator(
+        str(run_dir / "tensorboard"), size_guidance={reader.TENSORS: 0}
+    )
+    events.Reload()
+    return {
+        tag: [(event.step, event.tensor_proto.SerializeToString()) for event in events.Tensors(tag)]
+        for tag in events.Tags()["tensors"]
+        if not any(t in tag for t in TIMING)
+    }
+
+
+def compare_logs(reference: Path, killed: Path) -> dict[str, bool]:
+    """Whether each log of the killed-and-resumed run equals the uninterrupted run's."""
+    equal = {
+        name: bool(rows_of(reference, name)) and rows_of(reference, name) == rows_of(killed, name)
+        for name in ("metrics.jsonl", "completions.jsonl", "prompt_stats.jsonl")
+    }
+    if (reference / "tensorboard").is_dir():
+        expected = tensorboard_events(reference)
+        equal["tensorboard"] = bool(expected) and expected == tensorboard_events(killed)
+    return equal
 
 
 def main() -> int:
@@ -212,7 +255,7 @@ def main() -> int:
     same_weights = expected.keys() == got.keys() and all(
         (expected[k] == got[k]).all().item() for k in expected
     )
-    same_metrics = metric_lines(reference) == metric_lines(killed)
+    logs = compare_logs(reference, killed)
     summary = {
         "kills": kills,
         "kill_moments": moments,
@@ -220,13 +263,15 @@ def main() -> int:
         "resumes": resumes,
         "steps": steps,
         "weights_bitwise_equal": same_weights,
-        "metric_lines_equal": same_metrics,
+        "metric_lines_equal": logs["metrics.jsonl"],
+        "logs_equal": logs,
+        "all_logs_equal": all(logs.values()),
         "seconds": round(time.monotonic() - started, 1),
     }
     print(json.dumps(summary))
     if args.json:
         Path(args.json).write_text(json.dumps(summary) + "\n")
-    return 0 if same_weights and same_metrics else 1
+    return 0 if same_weights and all(logs.values()) else 1
 
 
 if __name__ == "__main__":

@@ -74,7 +74,9 @@ BAD_CONSTRUCTOR = ["1", "2", "six", "4"]  # file row 3
 
 
 def test_a_constructor_error_under_fail_names_the_file_and_row(ascii_model_dir, tmp_path) -> None:
-    with pytest.raises(EnvironmentError_, match=r"prompts\.jsonl: row 3\b.*ValueError"):
+    with pytest.raises(
+        EnvironmentError_, match=r"prompts\.jsonl: row 3: __init__ raised ValueError"
+    ):
         _train(ascii_model_dir, tmp_path, BAD_CONSTRUCTOR, "fail")
 
 
@@ -108,7 +110,12 @@ def test_a_step_error_under_zero_ends_the_row_with_reward_0(
     assert metrics["agent/environment/errors"] == 2
     assert metrics["reward/total/mean"] == pytest.approx(4 * 1.5 / 6)
     printed = capfd.readouterr().err
-    assert "prompts.jsonl: row 2" in printed and "ZeroDivisionError('size 0')" in printed
+    assert (
+        "prompts.jsonl: row 2, trajectory 1 of 2: step() raised ZeroDivisionError: size 0"
+        in printed
+    )
     (tmp_path / "fail").mkdir()
-    with pytest.raises(EnvironmentError_, match=r"prompts\.jsonl: row 2 .*step"):
+    with pytest.raises(
+        EnvironmentError_, match=r"prompts\.jsonl: row 2, trajectory 1 of 2: step\(\) raised"
+    ):
         _train(ascii_model_dir, tmp_path / "fail", ["1", "0", "3"], "fail")

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from grpo.log.report import PLOTS, draw_plot, write_report
+from grpo.log.report import PLOTS, draw_plot, plots_for, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# The run is single-turn: the agent plots are left out of its report.
+# The run is synchronous and single-turn: the async and agent plots are left out of its report.
 SHOWN = [plot for plot in PLOTS if not plot.only_with]
 HOSTILE = '<script>console.error("injected")</script><img src="nowhere.png"> a < b & c'
 
@@ -38,6 +38,9 @@ def report_page(trained_run_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 def test_every_plot_is_a_valid_png(report_page: Path) -> None:
     image = pytest.importorskip("matplotlib.image")
     assert not list(report_page.parent.glob("agent_*.png"))
+    assert not list(report_page.parent.glob("*lag*.png")) + list(
+        report_page.parent.glob("async_*.png")
+    )
     for plot in SHOWN:
         path = report_page.parent / plot.file
         assert path.read_bytes()[:8] == PNG_SIGNATURE, plot.file
@@ -51,6 +54,15 @@ def test_a_metric_the_run_did_not_log_gets_a_plot_saying_so(tmp_path: Path) -> N
     kl_plot = next(plot for plot in PLOTS if plot.file == "kl.png")
     draw_plot(kl_plot, [{"step": 1, "reward/mean": 0.5}], tmp_path / "kl.png")  # β = 0: no kl
     assert image.imread(tmp_path / "kl.png").shape == (360, 640, 4)
+
+
+def test_the_async_plots_are_drawn_for_async_runs_only() -> None:
+    asynchronous = {"async/version_lag_mean", "async/groups_at_lag/1", "async/sync_s"}
+    async_plots = ["version_lag.png", "version_lag_histogram.png", "async_idle.png"]
+    sync_row = {"step": 1, "reward/mean": 0.5}
+    async_row = {**sync_row, **dict.fromkeys(asynchronous, 1.0)}
+    assert not set(async_plots) & {plot.file for plot in plots_for([sync_row])}
+    assert set(async_plots) <= {plot.file for plot in plots_for([async_row])}
 
 
 class _PageParts(HTMLParser):

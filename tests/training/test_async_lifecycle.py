@@ -122,5 +122,9 @@ def test_no_worker_is_left_behind(case, tiny_model_dir, arithmetic_jsonl, tmp_pa
         assert process.returncode == 0 and "stopped by SIGINT" in output, output
     elif case == "error":
         assert process.returncode != 0
-        assert "rollout worker 0 failed" in output and "a reward that breaks" in output, output
+        # The user's reward failed in the worker: the run's one line names it, as in a
+        # synchronous run, with the reward's own frame after it.
+        assert "grpo train: error: step " in output and "reward 'fails_on_third_call'" in output
+        assert "raised ValueError: a reward that breaks" in output, output
+        assert "in fails_on_third_call" in output and "Traceback" not in output, output
     assert _gone_soon(workers), f"{case}: left behind: {_alive(workers)}"

@@ -28,7 +28,7 @@ from grpo.training.runtime.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from grpo.training.runtime.resume import clean_leftovers, rewind_metrics
+from grpo.training.runtime.resume import clean_leftovers, rewind_logs
 
 STEPS = 4
 
@@ -120,12 +120,22 @@ def test_a_torn_checkpoint_file_is_reported(tmp_path, tiny) -> None:
         verify_checkpoint(directory)
 
 
-def test_rewind_metrics_drops_steps_after_the_checkpoint_and_a_torn_line(tmp_path) -> None:
-    lines = [json.dumps({"step": s, "loss": 0.5}) for s in range(4)]
-    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 4, "lo')
-    rewind_metrics(tmp_path, 2)
+def test_rewind_cuts_every_appended_log_back_to_the_checkpoint_and_a_torn_line(tmp_path) -> None:
+    """A run killed in step 4 after logging it, resumed from step 2: metrics.jsonl and
+    completions.jsonl (4 rows a step) keep steps 0-2 only; the torn last line goes too."""
+    metrics = [json.dumps({"step": s, "loss": 0.5}) for s in range(5)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(metrics) + '\n{"step": 5, "lo')
+    rows = [
+        json.dumps({"step": s, "completion": f"c{s}.{g}"}) for s in range(1, 5) for g in range(4)
+    ]
+    (tmp_path / "completions.jsonl").write_text("\n".join(rows[:-1]) + "\n" + rows[-1][:9])
+    rewind_logs(tmp_path, 2)
     text = (tmp_path / "metrics.jsonl").read_text()
     assert [json.loads(line)["step"] for line in text.splitlines()] == [0, 1, 2]
+    kept = (tmp_path / "completions.jsonl").read_text()
+    assert kept == "\n".join(rows[:8]) + "\n"  # steps 1 and 2, 4 rows each
+    rewind_logs(tmp_path, -1)  # a fresh start: nothing is kept
+    assert (tmp_path / "completions.jsonl").read_text() == ""
 
 
 # --- exact resume ------------------------------------------------------------------------
@@ -251,7 +261,8 @@ def test_resume_past_train_steps_and_a_fresh_start_over_checkpoints_are_errors(r
 @pytest.mark.timeout(1200)  # above the script's own 900 s, so that one reports first
 def test_kill_test_survives_sigkills_mid_step_and_mid_write(tmp_path) -> None:
     """benchmarks/kill_test.py, shortened: 3 SIGKILLs (one random, two inside checkpoint
-    writes), each resumed; the final weights and metrics equal an uninterrupted run's."""
+    writes), each resumed; the final weights and every log (metrics, completions, prompt
+    statistics, TensorBoard) equal an uninterrupted run's."""
     import subprocess
     import sys
 
@@ -269,4 +280,4 @@ def test_kill_test_survives_sigkills_mid_step_and_mid_write(tmp_path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads(summary_path.read_text())
     assert summary["kills"] == 3 and summary["resumes"] >= 1
-    assert summary["weights_bitwise_equal"] and summary["metric_lines_equal"]
+    assert summary["weights_bitwise_equal"] and summary["all_logs_equal"], summary["logs_equal"]

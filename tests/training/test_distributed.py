@@ -44,6 +44,15 @@ def length_parity(prompts, completions, **_):
     return rewards
 
 
+def lock_holder(prompts, completions, **_):  # this process's pid, and the lock's holder
+    path = os.environ["GRPO_TEST_DUMP"]
+    with open(path.removesuffix(".dump") + "/grpo.lock") as handle:
+        holder = json.load(handle)["pid"]
+    with open(f"{path}.{os.environ.get('RANK', '0')}", "a") as handle:
+        handle.write(json.dumps({"me": [os.getpid()], "holder": [holder]}) + "\\n")
+    return [float(len(text) % 2) for text in completions]
+
+
 def fails_on_rank_1(prompts, completions, **_):
     if os.environ.get("RANK") == "1":
         raise ValueError("reward exploded on rank 1")
@@ -160,6 +169,28 @@ def test_a_rank_that_raises_stops_the_whole_job(job) -> None:
     assert result.returncode != 0
     assert "reward exploded on rank 1" in result.stderr
     assert elapsed < 120, f"the job took {elapsed:.0f} s to stop"
+
+
+def test_rank_0_takes_the_one_lock_of_the_job(job) -> None:
+    """Both processes see the run directory's lock held by rank 0; with the directory
+    locked by another process, every rank stops at once naming it (none waits)."""
+    import os
+
+    from grpo.training.runtime.run_lock import acquire_run_lock
+
+    _ok(job(2, "locking", "--rewards=[{function='dist_rewards:lock_holder'}]"))
+    for step in job.jobs.steps("locking", 2):
+        rank_0 = step["me"][0]
+        assert step["holder"] == [rank_0, rank_0] and step["me"][1] != rank_0
+    lock = acquire_run_lock(job.tmp_path / "taken")
+    try:
+        refused = job(2, "taken")
+    finally:
+        lock.release()
+    assert refused.returncode != 0
+    line = f"grpo train: error: train.run_dir {job.tmp_path / 'taken'} is in use by another run: "
+    assert refused.stderr.count(line + f"process {os.getpid()} on ") == 2  # rank 0 and rank 1
+    assert not (job.tmp_path / "taken" / "config.json").exists()
 
 
 def test_a_batch_that_does_not_split_evenly_is_a_start_up_error(job) -> None:

@@ -33,7 +33,7 @@ from ray.exceptions import RayActorError  # noqa: E402
 
 from grpo.config import Config, load_config  # noqa: E402
 from grpo.models.weight_sync import weights_to_sync  # noqa: E402
-from grpo.rewards.runner import RewardFunction  # noqa: E402
+from grpo.rewards.runner import RewardError, RewardFunction  # noqa: E402
 from grpo.training.ray_pool import RayPool, actor_options, init_address  # noqa: E402
 from grpo.training.rollout_worker import (  # noqa: E402
     WorkerSpec,
@@ -278,16 +278,21 @@ def test_too_many_restarts_fail_naming_the_worker(cluster, config, weights) -> N
 
 
 def test_a_worker_error_fails_with_its_traceback(cluster, config, weights) -> None:
+    """A reward that raises in a worker is the run's RewardError, as in the learner: its
+    line, the user's frames and (for --debug) the worker's whole traceback travel with it."""
     rewards = [RewardFunction(name="broken", fn=failing())]
     pool = RayPool(WorkerSpec(config, rewards, threads=1), 1, timeout_s=60, max_restarts=3)
     try:
         pool.publish(weights, 5)
         pool.submit(0, request(0, [0, 1], slice(0, 8), noise=1234))
-        with pytest.raises(RolloutWorkerError, match=r"rollout worker 0 failed on request 0") as e:
+        with pytest.raises(
+            RewardError,
+            match=r"reward 'broken': .*row \d+, completion 1 of 4: raised ValueError: the",
+        ) as e:
             poll_all(pool, 1)
-        message = str(e.value)
-        assert 'raise ValueError("the reward broke on purpose")' in message  # its traceback
-        assert "ray::RolloutActor.serve()" in message and "\x1b[" not in message
+        assert 'raise ValueError("the reward broke on purpose")' in e.value.frames
+        assert "grpo/rewards/runner.py" not in e.value.frames  # the user's frames only
+        assert "grpo/rewards/runner.py" in e.value.full_traceback  # the whole, for --debug
         assert pool.restarts == 0
     finally:
         pool.close()

@@ -37,7 +37,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from grpo.config.errors import ConfigError
+from grpo.agents.call_pool import CallTimeout
+from grpo.config.errors import ConfigError, UserCodeError
 from grpo.config.imports import import_object
 
 
@@ -47,8 +48,20 @@ class Environment(Protocol):
     def step(self, assistant_text: str) -> tuple[str | None, float | None, bool]: ...
 
 
-class EnvironmentError_(RuntimeError):
+class EnvironmentError_(UserCodeError):
     """An environment failed under ``env_on_error = "fail"``; names it and the row."""
+
+
+class MalformedReturn(TypeError):
+    """An environment's call returned something other than its contract says."""
+
+
+def describe_failure(error: BaseException) -> str:
+    """What went wrong in a call of the user's, in words: its exception, or grpo's own
+    finding (a malformed return value, a timeout)."""
+    if isinstance(error, (MalformedReturn, CallTimeout)):
+        return str(error)
+    return f"raised {type(error).__name__}: {error}"
 
 
 def resolve_environment(
@@ -70,13 +83,16 @@ def resolve_environment(
     return cls
 
 
-def check_step(value: Any, name: str) -> tuple[str | None, float | None, bool]:
+def check_step(value: Any) -> tuple[str | None, float | None, bool]:
     """A step's return value, checked: (observation | None, reward | None, done)."""
     if not (isinstance(value, tuple) and len(value) == 3):
-        raise TypeError(f"{name}.step must return (observation, reward, done), not {value!r:.80}")
+        raise MalformedReturn(f"returned {value!r:.80}, not (observation, reward, done)")
     observation, reward, done = value
     if observation is not None and not isinstance(observation, str):
-        raise TypeError(f"{name}.step: the observation must be a str or None")
+        raise MalformedReturn(f"returned the observation {observation!r:.80}, not a str or None")
     if reward is not None:
-        reward = float(reward)
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            raise MalformedReturn(f"returned the reward {reward!r:.80}, not a number") from None
     return observation, reward, bool(done)

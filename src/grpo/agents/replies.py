@@ -23,7 +23,13 @@ from typing import Any
 
 from grpo.agents.call_pool import Call, Outcome, call_with_timeout, run_calls
 from grpo.agents.calls import CallResult, finish_call, prepare_call
-from grpo.agents.environment import Environment, EnvironmentError_, check_step
+from grpo.agents.environment import (
+    Environment,
+    EnvironmentError_,
+    MalformedReturn,
+    check_step,
+    describe_failure,
+)
 from grpo.agents.settings import AgentSettings
 from grpo.rollout.turns import Trajectory
 
@@ -90,17 +96,29 @@ def open_prompts(
     }
 
 
+class OpeningFailed(Exception):
+    """Which call of an environment's opening failed (``__init__``, ``reset()``, the deep
+    copy); what it raised is the ``__cause__``."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(stage)
+        self.stage = stage
+
+
 def _create(cls: Any, record: dict[str, Any], timeout_s: float, copies: int) -> tuple:
     """The environment created and reset, and ``copies`` deep copies of its reset state:
     every member of a group starts from the same state."""
-    environment = call_with_timeout(cls, timeout_s, record)
-    messages = call_with_timeout(environment.reset, timeout_s)
-    if not isinstance(messages, list) or not messages:
-        raise TypeError(f"reset() must return a non-empty list of messages, not {messages!r:.80}")
+    stage = "__init__"
     try:
+        environment = call_with_timeout(cls, timeout_s, record)
+        stage = "reset()"
+        messages = call_with_timeout(environment.reset, timeout_s)
+        if not isinstance(messages, list) or not messages:
+            raise MalformedReturn(f"returned {messages!r:.80}, not a non-empty list of messages")
+        stage = "deep copy"
         members = [copy.deepcopy(environment) for _ in range(copies)]
     except Exception as error:
-        raise TypeError(f"cannot be deep-copied: {error}") from None
+        raise OpeningFailed(stage) from error
     return messages, members
 
 
@@ -111,9 +129,11 @@ def _opening(
         messages, members = outcome.value
         return Opening(list(messages), ["environment"] * len(messages), members)
     cls = getattr(settings.environment, "__name__", "environment")
-    text = f"environment {cls}: {name}: {outcome.error!r}"
+    failed, stage = outcome.error, getattr(outcome.error, "stage", "opening")
+    error = failed.__cause__ if isinstance(failed, OpeningFailed) else failed
+    text = f"environment {cls}: {name}: {stage} {describe_failure(error)}"
     if settings.env_on_error == "fail":
-        raise EnvironmentError_(text) from outcome.error
+        raise EnvironmentError_(text) from error
     report_failure("opening", text, settings)
     # Nothing is sampled for the group: its prompt is kept only to show what failed.
     user = {"role": "user", "content": str(record.get("prompt", ""))}
@@ -186,10 +206,10 @@ def _observation(
     try:
         if outcome.error is not None:
             raise outcome.error
-        observation, reward, done = check_step(outcome.value, name)
+        observation, reward, done = check_step(outcome.value)
     except Exception as error:
         counts["environment"] += 1
-        text = f"environment {name}: {row.name}: step: {error!r}"
+        text = f"environment {name}: {row.name}: step() {describe_failure(error)}"
         if settings.env_on_error == "fail":
             raise EnvironmentError_(text) from error
         report_failure("step", text, settings)

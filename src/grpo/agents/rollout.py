@@ -37,6 +37,7 @@ ERROR_KINDS = (
     "wrong_arguments",
     "raised",
     "timeout",
+    "tool_result_type",
     "too_long",
     "environment",
 )
@@ -158,7 +159,7 @@ def _rows(
         if opening.failure is None and opening.environments:
             environment = opening.environments[taken[index]]
         taken[index] += 1
-        name = f"{names[index]} (step row {row})"
+        name = f"{names[index]}, trajectory {row % group_size + 1} of {group_size}"
         state = Row(
             Trajectory(prompt_ids[index]), list(opening.messages), list(opening.authors),
             environment, name,

@@ -14,6 +14,7 @@ from grpo.cli.common import (
     import_user_code,
     quiet_transformers,
 )
+from grpo.cli.failures import add_debug_flag
 
 if TYPE_CHECKING:
     from torch import nn
@@ -157,4 +158,5 @@ def add_eval_parser(commands: Commands) -> None:
         "--seed", type=int, default=0, help="seeds the sampling (default: %(default)s)"
     )
     evaluate.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    add_debug_flag(evaluate)
     evaluate.set_defaults(handler=cmd_eval)

@@ -10,6 +10,7 @@ import sys
 
 from grpo.cli.docs_command import add_docs_parser
 from grpo.cli.eval_command import add_eval_parser
+from grpo.cli.failures import debugging, failure_report
 from grpo.cli.memory_command import add_memory_parser
 from grpo.cli.runs_command import add_plot_parser, add_report_parser
 from grpo.cli.train_command import add_demo_parser, add_train_parser
@@ -34,23 +35,27 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command not in ("train", "demo", "eval"):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     from grpo.config import ConfigError
+    from grpo.config.errors import UserCodeError
     from grpo.data.dataset import DataError
     from grpo.models.loading import ModelError
-    from grpo.rewards.runner import RewardError
     from grpo.training.runtime.checkpoint import CheckpointError
     from grpo.training.runtime.faults import TrainingStopped
+    from grpo.training.runtime.run_lock import RunDirInUse
 
     try:
         return args.handler(args, extra)
     except TrainingStopped as error:
         print(f"grpo {args.command}: {error}", file=sys.stderr)
         return 1
+    except UserCodeError as error:  # a reward or environment of the user's failed
+        print(failure_report(args.command, error, debug=debugging(args)), file=sys.stderr)
+        return 2
     except (
         ConfigError,
         DataError,
-        RewardError,
         ModelError,
         CheckpointError,
+        RunDirInUse,
         FileNotFoundError,
     ) as error:
         print(f"grpo {args.command}: error: {error}", file=sys.stderr)

@@ -16,6 +16,7 @@ from grpo.cli.common import (
     import_user_code,
     quiet_transformers,
 )
+from grpo.cli.failures import add_debug_flag
 from grpo.models.threads import apply_threads
 
 
@@ -101,6 +102,7 @@ def add_train_parser(commands: Commands) -> None:
         action="store_true",
         help="no progress bar: plain lines (the default when output is not a terminal)",
     )
+    add_debug_flag(train)
     train.set_defaults(handler=cmd_train)
 
 
@@ -124,4 +126,5 @@ def add_demo_parser(commands: Commands) -> None:
         "--quick", action="store_true", help="a few steps only, to check the plumbing"
     )
     demo.add_argument("--quiet", action="store_true", help="no progress bar: plain lines")
+    add_debug_flag(demo)
     demo.set_defaults(handler=cmd_demo)

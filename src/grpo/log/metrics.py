@@ -35,6 +35,10 @@ CONSOLE_KEYS = (
     ("eval/accuracy", "eval_acc"),
 )
 TRACKERS = ("wandb", "trackio")  # both take wandb's calls: init, log, Table, finish
+METRICS_FILE, COMPLETIONS_FILE = "metrics.jsonl", "completions.jsonl"
+# The files a run appends to, one JSON object a line, each with its "step" (a resume cuts
+# them back to its checkpoint's step); TensorBoard's events are purged by the writer.
+APPENDED_LOGS = (METRICS_FILE, COMPLETIONS_FILE)
 
 
 def completion_rows(
@@ -131,8 +135,8 @@ class MetricsLog:
         (a resumed run logs again the steps after its checkpoint); ``token_ids``: the
         completion tables hold the ids trained on (``train.log_token_ids``)."""
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
-        self.completions_path = run_dir / "completions.jsonl"
+        self.path = run_dir / METRICS_FILE
+        self.completions_path = run_dir / COMPLETIONS_FILE
         self.completions_every = completions_every
         self.token_ids = token_ids
         self._writer = None
@@ -228,13 +232,13 @@ def console_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
+    path = Path(run_dir) / METRICS_FILE
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def read_completions(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of RUN_DIR/completions.jsonl (none when the run wrote no tables)."""
-    path = Path(run_dir) / "completions.jsonl"
+    path = Path(run_dir) / COMPLETIONS_FILE
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

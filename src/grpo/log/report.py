@@ -4,11 +4,12 @@ sample completions, written to RUN_DIR/report/.
 The plots (matplotlib, the ``plot`` extra): reward, accuracy, KL, completion length,
 zero-variance fraction, clip fraction, gradient norm and loss, the signs of learned
 reasoning (length by estimated difficulty, ``<think>`` length, self-correction rate), the
-split of each step's time, and under asynchronous rollouts the version lag (over steps, and
-as a histogram of the groups trained) and the idle and weight-sync seconds; an agent run
-also gets its turns and tool calls, its shares (tool-call rate, inserted tokens, rows cut at
+split of each step's time; a run with asynchronous rollouts also gets the version lag (over
+steps, and as a histogram of the groups trained) and the idle and weight-sync seconds; an
+agent run its turns and tool calls, its shares (tool-call rate, inserted tokens, rows cut at
 max_turns), its errors by kind and its tool seconds, and its sampled conversations, each
-message styled by who wrote it. A metric the run did not log gets an empty plot saying so.
+message styled by who wrote it. Those plots are drawn only for runs that logged their
+metrics; a core plot whose metric the run did not log (KL at β = 0) says so.
 The page is static (no scripts, nothing loaded from outside the folder); every piece of
 text from the run, prompts and completions included, is HTML-escaped.
 """
@@ -85,20 +86,20 @@ PLOTS = (
         "version_lag.png",
         "Asynchronous rollouts: versions behind the trained weights",
         ("async/version_lag_mean", "async/version_lag_max"),
-        note="rollout.mode = 'async' logs it",
+        only_with="async/",
     ),
     Plot(
         "version_lag_histogram.png",
         "Asynchronous rollouts: groups trained, by version lag",
         (),
-        note="rollout.mode = 'async' logs it",
         histogram="async/groups_at_lag/",
+        only_with="async/",
     ),
     Plot(
         "async_idle.png",
         "Asynchronous rollouts: idle and weight-sync seconds per step",
         ("async/learner_idle_s", "async/worker_idle_s", "async/sync_s"),
-        note="rollout.mode = 'async' logs it",
+        only_with="async/",
     ),
     Plot(
         "agent_turns.png",
@@ -129,7 +130,8 @@ PLOTS = (
 
 
 def plots_for(rows: list[dict[str, Any]]) -> list[Plot]:
-    """The plots of a run: the agent ones only when it logged agent metrics."""
+    """The plots of a run: the asynchronous and agent ones only when it logged metrics of
+    theirs."""
     logged = {key for row in rows for key in row}
     return [p for p in PLOTS if not p.only_with or any(k.startswith(p.only_with) for k in logged)]
 

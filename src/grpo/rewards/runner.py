@@ -40,16 +40,26 @@ from typing import Any
 
 import torch
 
+from grpo.config.errors import UserCodeError
+
 _LOCATE_BUDGET_S = 30.0  # at most this long retrying rows singly to name the failing one
 
 
-class RewardError(RuntimeError):
+class RewardError(UserCodeError):
     """A reward function failed; the message names the function, the row and the completion."""
 
-    def __init__(self, message: str, function: str = "", row: int | None = None) -> None:
+    def __init__(
+        self, message: str, function: str = "", row: int | None = None, detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.function = function
         self.row = row  # None: the whole call, no single row to blame
+        self.detail = detail  # what went wrong and the completion, without the row
+
+    def at(self, where: str) -> RewardError:
+        """The same failure with its row named as ``where`` (the dataset file and row)."""
+        message = f"reward {self.function!r}: {where}: {self.detail}"
+        return RewardError(message, self.function, self.row, self.detail)
 
 
 @dataclass(frozen=True)
@@ -192,13 +202,18 @@ def _locate_row(
     return None
 
 
-def _message(function: RewardFunction, what: str, row: int | None, completions: list[str]) -> str:
+def _failure(
+    function: RewardFunction, what: str, row: int | None, completions: list[str]
+) -> RewardError:
     where = f"row {row}" if row is not None else f"the whole call (rows 0-{len(completions) - 1})"
     shown = completions[row if row is not None else 0] if completions else ""
     label = "completion" if row is not None else "first completion"
-    return (
-        f"reward {function.name!r} {what} at {where}; {label}: {shown[:200]!r}. "
-        f"Set on_error = 'zero' or 'skip_group' to substitute instead of failing."
+    detail = (
+        f"{what}; {label}: {shown[:200]!r}. "
+        "Set on_error = 'zero' or 'skip_group' to substitute instead of failing."
+    )
+    return RewardError(
+        f"reward {function.name!r} {what} at {where}; {detail}", function.name, row, detail
     )
 
 
@@ -229,15 +244,13 @@ def _collect(
             if not isinstance(error, (TimeoutError, _CallError)):  # it raised: find where
                 located = _locate_row(function, prompts, completions, columns)
             if located is not None:
-                what = f"{what} (on the whole call; alone, row {located[0]} {located[1]})"
+                what = f"{what} (on the whole call; alone, this row {located[1]})"
             row = located[0] if located is not None else None
-            raise RewardError(
-                _message(function, what, row, completions), function.name, row
-            ) from error
+            raise _failure(function, what, row, completions) from error
         values, problems = [0.0] * batch, dict.fromkeys(range(batch), what)
     if problems and function.on_error == "fail":
         row, what = min(problems.items())
-        raise RewardError(_message(function, what, row, completions), function.name, row)
+        raise _failure(function, what, row, completions)
     if problems and function.on_error not in ("zero", "skip_group"):
         raise RewardError(f"reward {function.name!r}: unknown on_error {function.on_error!r}")
     return values, problems

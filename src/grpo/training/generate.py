@@ -87,7 +87,7 @@ def produce_and_score(
     produced = rollouts.producer.produce(indices, group_size, rows)
     seconds["rollout"] += time.perf_counter() - started
     started = time.perf_counter()
-    scores = _score(rollouts, produced, dist, rows)
+    scores = _score(rollouts, produced, dist, indices, group_size, rows)
     seconds["reward"] += time.perf_counter() - started
     return produced, scores
 
@@ -135,20 +135,33 @@ def assemble_round(
 
 
 def _score(
-    rollouts: Rollouts, produced: ProducedRound, dist: Dist, local_rows: slice
+    rollouts: Rollouts,
+    produced: ProducedRound,
+    dist: Dist,
+    indices: list[int],
+    group_size: int,
+    rows: slice,
 ) -> RewardScores:
     """The configured rewards (and the producer's own) on this process's rows; a reward
-    error under torchrun names the process and where its rows sit in the step."""
+    that fails names the dataset file and row of the completion (and under torchrun the
+    process)."""
     rewards = [*rollouts.rewards, *produced.extra_rewards]
     try:
         scores = score_completions(
             rewards, produced.prompts, produced.completions, produced.columns, produced.failed_B
         )
     except RewardError as error:
-        if not dist.enabled:
-            raise
-        where = f"process {dist.rank} (its row 0 is the step's row {local_rows.start})"
-        raise RewardError(f"{where}: {error}", error.function, error.row) from error
+        if error.row is None:
+            where = f"the whole call on the {len(produced.completions)} completions"
+        else:
+            row = rows.start + error.row  # the round's row: prompt row // G, member row % G
+            where = (
+                f"{rollouts.producer.dataset.where(indices[row // group_size])}, "
+                f"completion {row % group_size + 1} of {group_size}"
+            )
+        if dist.enabled:
+            where = f"process {dist.rank}: {where}"
+        raise error.at(where) from error.__cause__
     if produced.skip_B is not None:
         scores.skip_B |= produced.skip_B
     return scores

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from grpo.config.errors import UserCodeError
 from grpo.training.rollout_worker import WorkerSpec, build_worker, load_weights, serve
 from grpo.training.rounds import Request, Result
 from grpo.training.worker_pool import (
@@ -72,6 +73,9 @@ def worker_main(
         busy_since.value = time.time()
         try:
             result = serve(state, request)
+        except UserCodeError as error:  # a reward or environment: the learner reports it
+            outbox.put(("user_error", index, request.number, error))
+            continue
         except Exception:
             outbox.put(("error", index, request.number, traceback.format_exc()))
             continue
@@ -158,6 +162,8 @@ class LocalPool:
         return results
 
     def _handle(self, message: tuple[Any, ...]) -> list[Result]:
+        if message[0] == "user_error":
+            raise message[3]
         if message[0] == "error":
             _, index, number, text = message
             what = "starting" if number is None else f"on request {number}"

@@ -31,6 +31,7 @@ from torch import nn
 
 from grpo.algo.selection import Selection, select_groups
 from grpo.config import Config, batch_plan
+from grpo.config.errors import UserCodeError
 from grpo.data.prompt_stats import record_step
 from grpo.models.compiled_trunk import trunk_compile_seconds
 from grpo.rewards.runner import RewardFunction
@@ -42,6 +43,7 @@ from grpo.training.rounds import Generation
 from grpo.training.runtime.checkpoint import latest_checkpoint
 from grpo.training.runtime.distributed import Dist, init_distributed, world_from_env
 from grpo.training.runtime.faults import GracefulStop, NonFiniteGuard
+from grpo.training.runtime.run_lock import lock_run_dir
 from grpo.training.saving import save_checkpoint_of, save_final
 from grpo.training.setup import set_up
 from grpo.training.setup_async import start_feeder
@@ -69,7 +71,9 @@ def train(
 
     Under torchrun this is one process of the job: it joins the process group (and
     leaves it at the end). A batch that does not split evenly over the processes, or an
-    unsupported combination, is a :class:`ConfigError` before anything is loaded.
+    unsupported combination, is a :class:`ConfigError` before anything is loaded. The run
+    directory is locked for the whole run: a second run into it stops at once with a
+    :class:`~grpo.training.runtime.run_lock.RunDirInUse` naming the first.
     """
     plan = batch_plan(config, world_from_env()[1])  # ConfigErrors for what cannot split
     check_engine_available(config.rollout.engine)  # before anything is loaded
@@ -80,8 +84,9 @@ def train(
         backend=distributed.backend,
         timeout_s=distributed.timeout_s,
     )
-    run = None
+    run, lock = None, None
     try:
+        lock = lock_run_dir(Path(config.train.run_dir), dist)  # one process per run directory
         with GracefulStop(announce=verbose and dist.is_main) as stop:
             run = set_up(config, plan, dist, device, reward_functions, verbose)
             if config.rollout.mode == "async":
@@ -90,6 +95,8 @@ def train(
     finally:
         if run is not None and run.feeder is not None:
             run.feeder.close()  # no worker outlives the run: normal end, error or Ctrl-C
+        if lock is not None:
+            lock.release()
         dist.close()
 
 
@@ -100,7 +107,11 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
     progress = run.open_progress()
     step, stopped_by = run.start_step, None
     for step in range(run.start_step + 1, settings.steps + 1):
-        metrics, generation, selection = _step(run, dist, step)
+        try:
+            metrics, generation, selection = _step(run, dist, step)
+        except UserCodeError as error:  # a reward or environment failed: say at which step
+            error.step = step
+            raise
         history.append({"step": step, **metrics})
         run.log.write(step, metrics)
         last = generation.last  # the step's last rows; this process logs its own block

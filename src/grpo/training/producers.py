@@ -27,6 +27,8 @@ from grpo.training.rounds import ProducedRound
 class Producer(Protocol):
     """Rows ``rows`` of the len(indices)·G rows of a round on dataset prompts ``indices``."""
 
+    dataset: PromptDataset  # the prompts' file and rows name a failure's row
+
     def produce(self, indices: list[int], group_size: int, rows: slice) -> ProducedRound: ...
 
 

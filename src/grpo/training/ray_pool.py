@@ -49,6 +49,7 @@ try:
 except ImportError as error:
     raise ImportError("rollout.backend = 'ray' needs Ray: pip install 'grpo[ray]'") from error
 
+from grpo.config.errors import UserCodeError
 from grpo.training.rollout_worker import WorkerSpec, build_worker, load_weights, serve
 from grpo.training.rounds import Request, Result
 from grpo.training.worker_pool import RolloutWorkerError, WeightStore, allow_restart, unanswered
@@ -230,6 +231,8 @@ class RayPool:
                 try:
                     value = ray.get(call.ref)
                 except RayTaskError as error:
+                    if isinstance(error.cause, UserCodeError):  # a reward or environment
+                        raise error.cause from None
                     raise RolloutWorkerError(
                         f"rollout worker {index} failed {call.what}:\n{_plain(error)}"
                     ) from error

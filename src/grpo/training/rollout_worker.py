@@ -8,12 +8,15 @@ every row of a result was sampled by one version.
 
 from __future__ import annotations
 
+import dataclasses
+import traceback
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from grpo.config import Config
+from grpo.config.errors import UserCodeError, user_traceback
 from grpo.models.loading import load_policy, load_tokenizer, pick_device
 from grpo.models.weight_sync import load_synced
 from grpo.rewards.resolve import resolve_reward_functions
@@ -29,11 +32,18 @@ from grpo.training.state import Rollouts
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What a worker builds itself from (it travels to another process or machine)."""
+    """What a worker builds itself from (it travels to another process or machine).
+
+    The config travels without ``train.run_dir``: a worker has no path into the run
+    directory, whose one writer is the learner (it writes what the workers produce)."""
 
     config: Config
     reward_functions: list[RewardFunction] | None  # the Python API's, else the config's
     threads: int  # torch threads
+
+    def __post_init__(self) -> None:
+        train = dataclasses.replace(self.config.train, run_dir="")
+        object.__setattr__(self, "config", dataclasses.replace(self.config, train=train))
 
 
 @dataclass
@@ -89,9 +99,13 @@ def serve(state: WorkerState, request: Request) -> Result:
     else:
         generator.set_state(request.noise)
     seconds = {"rollout": 0.0, "reward": 0.0}
-    produced, scores = produce_and_score(
-        state.rollouts, request.indices, request.group_size, request.rows, Dist(), seconds
-    )
+    try:
+        produced, scores = produce_and_score(
+            state.rollouts, request.indices, request.group_size, request.rows, Dist(), seconds
+        )
+    except UserCodeError as error:  # its traceback stays here: the learner gets its text
+        error.frames, error.full_traceback = user_traceback(error), traceback.format_exc()
+        raise
     return Result(
         request=request,
         produced=_on_cpu(produced),

@@ -3,8 +3,8 @@ killed run wrote past it (see :mod:`grpo.training.runtime.checkpoint` for the la
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from grpo.config import ConfigError
+from grpo.log.metrics import APPENDED_LOGS
 from grpo.training.runtime.checkpoint import (
     RUN_CONFIG,
     CheckpointError,
@@ -22,7 +23,6 @@ from grpo.training.runtime.checkpoint import (
     remove_folder,
     restore_rng,
     step_of,
-    write_atomically,
 )
 
 
@@ -55,18 +55,29 @@ def clean_leftovers(run_dir: Path, resumed_step: int) -> None:
             remove_folder(path)
 
 
-def rewind_metrics(run_dir: Path, step: int) -> None:
-    """Keep metrics.jsonl's lines up to ``step``: a run killed after logging a step but
-    before checkpointing it logs that step again when resumed. A torn last line goes too."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            if json.loads(line)["step"] <= step:
-                kept.append(line + "\n")
-    write_atomically(path, "".join(kept))
+def rewind_logs(run_dir: Path, step: int) -> None:
+    """Cut every log the run appends to (metrics.jsonl, completions.jsonl) back to its
+    lines of steps up to ``step``: a run killed after logging a step but before
+    checkpointing it logs that step again when resumed. A torn last line goes too. The
+    lines are in step order, so the file is truncated at its first line past ``step``."""
+    for name in APPENDED_LOGS:
+        path = Path(run_dir) / name
+        if path.exists():
+            os.truncate(path, _kept_bytes(path, step))
+
+
+def _kept_bytes(path: Path, step: int) -> int:
+    """The length of ``path``'s leading whole lines of steps up to ``step``."""
+    kept = 0
+    with path.open("rb") as handle:
+        for line in handle:
+            try:
+                if not line.endswith(b"\n") or json.loads(line)["step"] > step:
+                    break
+            except (ValueError, KeyError, TypeError):
+                break
+            kept += len(line)
+    return kept
 
 
 def config_changes(directory: Path, config: dict[str, Any]) -> list[str]:
@@ -103,8 +114,8 @@ def resume_run(
     scheduler, prompt sampler, rollout generator); return its step.
 
     Rank 0 then drops what a killed run left past that step: staging folders, newer
-    checkpoints, metrics lines. A checkpoint past ``train.steps`` is an error; one at it
-    says there is nothing to train.
+    checkpoints, the lines of metrics.jsonl and completions.jsonl. A checkpoint past
+    ``train.steps`` is an error; one at it says there is nothing to train.
     """
     step = 0
     if checkpoint_dir is not None:
@@ -131,5 +142,5 @@ def resume_run(
             )
     if is_main:
         clean_leftovers(run_dir, step)
-        rewind_metrics(run_dir, step if checkpoint_dir is not None else -1)
+        rewind_logs(run_dir, step if checkpoint_dir is not None else -1)
     return step
