@@ -136,9 +136,10 @@ MEANINGS: dict[str, str] = {
     "agent/<kind>/errors": (
         "bad tool calls of one kind this step, each answered with an error text: "
         "`malformed_json`, `bad_arguments` (not a JSON object), `unknown_tool`, `wrong_arguments`"
-        " (names or types), `raised`, `timeout` (`agent.tool_timeout_s`), `too_long` (result cut "
-        "at `agent.max_tool_response_tokens`); `environment`: environment calls that raised or "
-        "hung"
+        " (names or types), `raised`, `timeout` (`agent.tool_timeout_s`), `tool_result_type` "
+        "(a result neither a str nor a JSON value: bytes, a set, an object), `too_long` (result "
+        "cut at `agent.max_tool_response_tokens`); `environment`: environment calls that raised "
+        "or hung"
     ),
     "agent/tool/seconds": "seconds spent in tool calls this step (summed over calls)",
     "agent/env_token_frac": (

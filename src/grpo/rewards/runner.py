@@ -244,7 +244,8 @@ def _collect(
             if not isinstance(error, (TimeoutError, _CallError)):  # it raised: find where
                 located = _locate_row(function, prompts, completions, columns)
             if located is not None:
-                what = f"{what} (on the whole call; alone, this row {located[1]})"
+                alone = "too" if located[1] == what else located[1]
+                what = f"{what} (on the whole call; alone, this row {alone})"
             row = located[0] if located is not None else None
             raise _failure(function, what, row, completions) from error
         values, problems = [0.0] * batch, dict.fromkeys(range(batch), what)
