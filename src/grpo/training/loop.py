@@ -16,7 +16,7 @@ alternative baseline (``algorithm.estimator``).
 Under torchrun (see :mod:`grpo.training.runtime.distributed`) every process samples the same
 prompts and takes a contiguous block of the step's rows through generate and update; the
 per-row results are all-gathered after scoring, so select sees the whole step everywhere.
-Only rank 0 writes.
+Only rank 0 writes, and it holds the run directory's lock (:mod:`grpo.training.runtime.run_lock`).
 """
 
 from __future__ import annotations

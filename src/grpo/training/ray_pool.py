@@ -14,7 +14,8 @@ pool saw the one before it end, never earlier than the truth, so nothing is kill
 Starting (placing the actor, building the worker) has no limit, as a local worker's has
 none; an actor that no node has room for is reported by Ray itself, on the console. After
 ``max_restarts`` restarts the run fails, naming the worker and why. An exception raised in
-a worker fails the run with the worker's traceback.
+a worker fails the run with the worker's traceback; a reward's or environment's is the
+learner's own error (its line and the user's frames), as in a synchronous run.
 
 Connecting (when Ray is not initialised yet): ``rollout.ray_address`` is ``ray.init``'s
 address. "" leaves it unset, which Ray resolves in order: the ``RAY_ADDRESS`` environment
@@ -27,7 +28,8 @@ reads the data and checkpoints.
 Logs: ``log_to_driver=False`` keeps the workers' output (per-actor lines from every node)
 out of the learner's console; it stays in the session's logs (``/tmp/ray/session_latest/
 logs`` on each node). What the learner needs reaches it anyway: a worker's error as a
-:class:`RolloutWorkerError` with its traceback, restarts as one line each. Ray's own INFO
+:class:`RolloutWorkerError` with its traceback (a user's code's as its own error),
+restarts as one line each. Ray's own INFO
 lines are muted (``logging_level=WARNING``); its warnings and cluster errors still show.
 """
 
