@@ -1,7 +1,8 @@
 """One process per run directory: a second `grpo train` into a run directory in use stops
 at once naming the first (exit 2); a holder killed by SIGKILL blocks no resume, not even
 while a process it forked lives on; without OS locks a record of a dead process is
-replaced. (Under torchrun rank 0 takes the one lock: tests/training/test_distributed.py.)"""
+replaced; a rollout worker is given no run directory. (Under torchrun rank 0 takes the one
+lock: tests/training/test_distributed.py.)"""
 
 from __future__ import annotations
 
@@ -173,3 +174,25 @@ def test_without_os_locks_the_record_decides(tmp_path, monkeypatch) -> None:
     _record(run_dir, pid=1, host="node-7")  # another machine: cannot be checked from here
     with pytest.raises(RunDirInUse, match=r"on node-7, .*delete .*grpo\.lock"):
         acquire_run_lock(run_dir)
+
+
+def test_a_rollout_worker_is_given_no_path_into_the_run_directory(
+    tiny_model_dir, arithmetic_jsonl
+) -> None:
+    """Local worker processes and Ray actors build from a WorkerSpec: its config names no
+    run directory, so what a worker produces reaches the run's files through the learner."""
+    from grpo.config import load_config
+    from grpo.training.rollout_worker import WorkerSpec
+
+    config = load_config(
+        None,
+        [
+            f"model.path='{tiny_model_dir}'",
+            f"data.train_path='{arithmetic_jsonl}'",
+            "rewards=[{function='grpo.rewards:numeric_answer'}]",
+            "train.run_dir='runs/mine'",
+        ],
+    )
+    spec = WorkerSpec(config, None, threads=1)
+    assert spec.config.train.run_dir == "" and config.train.run_dir == "runs/mine"
+    assert spec.config.model == config.model and spec.config.rollout == config.rollout
