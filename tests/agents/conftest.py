@@ -67,3 +67,26 @@ class ScriptedEngine(TurnEngine):
                 return outputs
 
         return Session()
+
+
+# --- SmolLM2: the real BPE tokenizer and chat template ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_tokenizer_dir: Path) -> Any:
+    """SmolLM2-135M-Instruct's tokenizer (BPE, 49,152 ids, ChatML template with a default
+    system turn), as ``grpo`` loads it from the GGUF."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+
+
+@pytest.fixture(scope="session")
+def replay_model_dir(smollm2_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model with SmolLM2's tokenizer that replays the scripts of
+    :mod:`tests.agents.replay` (and their prompts.jsonl)."""
+    from .replay import build_replaying_llama
+
+    directory = tmp_path_factory.mktemp("smollm2_replay")
+    build_replaying_llama(smollm2_tokenizer, directory)
+    return directory

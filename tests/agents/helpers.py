@@ -75,3 +75,22 @@ class Spy(TurnEngine):
                 session.close()
 
         return Recording()
+
+
+def assert_scored_as_sampled(model: Any, rollout: Any, atol: float = 1e-4) -> None:
+    """The trainer's log-probs of the model's tokens on the assembled rollout are the
+    sampler's: the turns were sampled on exactly the sequence the trainer scores."""
+    from grpo.models.logprobs import completion_logprobs
+
+    logp_BT, _ = completion_logprobs(
+        model,
+        rollout.prompt_ids_BP,
+        rollout.prompt_mask_BP,
+        rollout.completion_ids_BT,
+        rollout.completion_mask_BT,
+        attention_mask_BT=rollout.attention_mask_BT,
+    )
+    model_BT = rollout.completion_mask_BT.bool()
+    torch.testing.assert_close(
+        logp_BT[model_BT], rollout.sampler_logp_BT[model_BT], atol=atol, rtol=0
+    )

@@ -11,7 +11,7 @@ from grpo.algo.losses import aggregate, policy_loss
 from grpo.models.logprobs import completion_logprobs
 from grpo.rollout.engine import SamplingParams
 
-from .helpers import Echo, Spy, tiny_engine
+from .helpers import Echo, Spy, assert_scored_as_sampled, tiny_engine
 
 RECORDS = [{"prompt": "12+3="}, {"prompt": "7*8="}]
 # Many stop strings: most turns end after a few tokens, so rows take three turns.
@@ -45,18 +45,7 @@ def test_trained_ids_are_the_sampled_ids_plus_the_inserted_ids(tiny_model_dir) -
         )
         assert rollout.attention_mask_BT[row].sum() == length
     # The KV-cached turns saw exactly the sequence the trainer scores: same log-probs.
-    logp_BT, _ = completion_logprobs(
-        model,
-        rollout.prompt_ids_BP,
-        rollout.prompt_mask_BP,
-        rollout.completion_ids_BT,
-        rollout.completion_mask_BT,
-        attention_mask_BT=rollout.attention_mask_BT,
-    )
-    model_BT = rollout.completion_mask_BT.bool()
-    torch.testing.assert_close(
-        logp_BT[model_BT], rollout.sampler_logp_BT[model_BT], atol=1e-4, rtol=0
-    )
+    assert_scored_as_sampled(model, rollout)
     assert result.metrics["agent/turns/mean"] == sum(len(c[0]) for c in spy.calls) / 4
     inserted = int((rollout.attention_mask_BT - rollout.completion_mask_BT).sum())
     assert result.metrics["agent/env_token_frac"] == inserted / int(rollout.attention_mask_BT.sum())

@@ -157,6 +157,7 @@ def test_each_turn_submits_the_whole_sequence_and_trains_on_it(
     assert sum(len(call) for call in llm.submitted) == sum(
         sum(m["role"] == "assistant" for m in c) for c in result.conversations
     )
+    assert result.metrics["agent/prefix_breaks"] == 0.0  # the session's ids, checked each turn
     # The sampler's log-probs are the trainer's on the assembled trajectory.
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     logp_BT, scored = _trainer_logprobs(policy, rollout)

@@ -9,12 +9,17 @@ a turn's tool calls are executed (:mod:`grpo.agents.calls`) and their results in
 tool messages; a turn without a call goes to the environment's ``step`` (no environment:
 the row is done). A turn's calls and steps over all rows run side by side
 (:mod:`grpo.agents.replies`); a process opens only the prompts of its own rows. A row
-ends when it is done, its turn was cut at the token budget, or
-``max_turns`` turns were sampled (counted: ``agent/cut_at_max_turns_frac``).
+ends when it is done, its turn was cut at the token budget, it broke the prefix
+property (below), or ``max_turns`` turns were sampled (counted:
+``agent/cut_at_max_turns_frac``). A turn that ended on a stop string, not on the
+end-of-turn token, gets that token inserted before what answers it.
 
 What is trained on is exactly the sampled ids plus the inserted ids
 (:func:`~grpo.rollout.turns.assemble_trajectories`): ``completion_mask_BT`` is 1 on the
 model's ids only, so the loss, KL, entropy and every normalizer skip inserted tokens.
+After every turn each row's ids are checked against what the engine conditioned on (the
+prefix property, :mod:`grpo.rollout.turns`); a row that breaks it ends, is masked and is
+counted (``agent/prefix_breaks``).
 """
 
 from __future__ import annotations
@@ -102,7 +107,7 @@ def agent_rollout(
     # Other processes' prompts are never read by the engine: their ids are left empty.
     prompts = [prompt_ids.get(index, []) for index in range(len(records))]
     request = RolloutRequest(prompts, group_size, params, generator, rows.start, rows.stop)
-    counts = dict.fromkeys(ERROR_KINDS, 0.0) | {"seconds": 0.0, "cut": 0.0}
+    counts = dict.fromkeys(ERROR_KINDS, 0.0) | {"seconds": 0.0, "cut": 0.0, "prefix_breaks": 0.0}
     states = _rows(openings, prompt_ids, rows, group_size, names, counts)
     live = [index for index, state in enumerate(states) if state.failure is None]
     session = engine.start_turns(request, params.max_new_tokens * settings.max_turns)
@@ -121,7 +126,10 @@ def agent_rollout(
                 state.turn_tokens.append([len(output.token_ids), 0])
                 state.messages.append({"role": "assistant", "content": text})
                 state.authors.append("model")
-                if output.stopped:  # else cut at the token budget: the row ends here
+                if _breaks_prefix(session.context(index), state.trajectory):
+                    state.trajectory.prefix_broken = True  # masked, and the row ends
+                    counts["prefix_breaks"] += 1
+                elif output.stopped:  # else cut at the token budget: the row ends here
                     asking.append(index)
             replies = reply_to_turn(
                 [states[i] for i in asking], [states[i].turns[-1] for i in asking], settings, counts
@@ -171,12 +179,23 @@ def _rows(
     return states
 
 
+def _breaks_prefix(context: list[int] | None, trajectory: Trajectory) -> bool:
+    """Whether the engine's ids for the row (None: not recorded) differ from the
+    trajectory's: the prompt, then every id sampled or inserted, in order."""
+    if context is None:
+        return False
+    prompt = trajectory.prompt_ids
+    return context[: len(prompt)] != prompt or context[len(prompt) :] != trajectory.ids
+
+
 def _insert(state: Row, new: list[dict[str, Any]], settings: AgentSettings) -> list[int]:
-    """Append the answering messages to the row; their ids, as the model will read them."""
+    """Append the answering messages to the row; their ids, as the model will read them
+    (after the end-of-turn token, inserted first when the model's turn lacks it)."""
     authors = ["tool" if m["role"] == "tool" else "environment" for m in new]
     state.messages += new
     state.authors += authors
-    ids = settings.chat.insertion_ids(new)
+    chat = settings.chat
+    ids = chat.turn_closing(state.trajectory.ids) + chat.insertion_ids(new)
     state.trajectory.add_inserted(ids)
     state.turn_tokens[-1][1] = len(ids)
     return ids
@@ -195,6 +214,7 @@ def _result(
         "agent/tool_calls/mean": sum(s.tool_calls for s in states) / rows,
         "agent/tool_call_frac": sum(s.tool_calls > 0 for s in states) / rows,
         "agent/cut_at_max_turns_frac": counts["cut"] / rows,
+        "agent/prefix_breaks": counts["prefix_breaks"],
         "agent/tool/seconds": counts["seconds"],
         **{f"agent/{kind}/errors": counts[kind] for kind in ERROR_KINDS},
     }

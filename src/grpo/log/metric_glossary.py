@@ -149,6 +149,12 @@ MEANINGS: dict[str, str] = {
     "agent/cut_at_max_turns_frac": (
         "share of trajectories still going when `agent.max_turns` turns were sampled"
     ),
+    "agent/prefix_breaks": (
+        "trajectories this step whose engine sampled a turn on other ids than the trajectory "
+        "holds (the prefix property broken: a context re-encoded from text, cut or mixed up): "
+        "each ends there and is masked, none of its tokens trains; 0 with the built-in and vLLM "
+        "engines"
+    ),
     "reward/environment/mean": (
         "with `agent.environment`: the environment's own rewards per trajectory (weight 1 in the "
         "total)"

@@ -89,6 +89,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("agent/tool_calls/mean", MEAN, MEAN),
     Metric("agent/tool_call_frac", MEAN, MEAN),
     Metric("agent/cut_at_max_turns_frac", MEAN, MEAN),
+    Metric("agent/prefix_breaks", SUM, SUM),
     Metric("agent/<kind>/errors", SUM, SUM),
     Metric("agent/tool/seconds", SUM, MAX),
     # The update: each process's parts of the whole step's sums.

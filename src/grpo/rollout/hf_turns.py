@@ -118,6 +118,9 @@ class HFTurnSession(TurnSession):
         finally:
             self.model.train(was_training)
 
+    def context(self, row: int) -> list[int]:
+        return self.history[row]  # every id fed to the cache, or waiting as the pending one
+
     def close(self) -> None:
         self.cache = None
         if self.all_done is not None:

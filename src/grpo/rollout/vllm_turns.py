@@ -91,6 +91,9 @@ class VLLMTurnSession(TurnSession):
             results.append(output)
         return results
 
+    def context(self, row: int) -> list[int]:
+        return self.history[row]  # what the next turn submits, before its insertion
+
     def close(self) -> None:
         self.engine.rest()
 
