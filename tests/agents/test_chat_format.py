@@ -46,11 +46,11 @@ CALL = '<tool_call>{"name": "mul", "arguments": {"a": 12, "b": 34}}</tool_call>'
 
 
 @pytest.fixture
-def qwen3_style(replay_model_dir: Path) -> Any:
+def qwen3_style(smollm2_tokenizer_dir: Path) -> Any:
     """SmolLM2's tokenizer (ChatML's special tokens are Qwen's too) with the template above."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(replay_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
     tokenizer.chat_template = QWEN3_STYLE
     return tokenizer
 
@@ -72,14 +72,14 @@ def test_the_insertion_is_read_after_the_turn_a_qwen3_template_rewrites(qwen3_st
 
 
 def test_earlier_turns_stay_as_sampled_where_the_template_would_strip_them(
-    qwen3_style, replay_model_dir: Path
+    qwen3_style, smollm2_tiny_dir: Path
 ) -> None:
     """An environment's question follows a turn that reasoned: rendered whole, Qwen3's
     template would drop that reasoning; the ids the model read at its next turn, and the
     ids trained, keep it as the model wrote it (token-in/token-out)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(replay_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_tiny_dir)
     engine = ScriptedEngine(qwen3_style, model, [THINKING + "408", "408"])
     settings = AgentSettings(chat=ChatFormat(qwen3_style, []), environment=Echo, max_turns=2)
     params = SamplingParams(temperature=0.0, max_new_tokens=64)
@@ -97,10 +97,8 @@ def test_earlier_turns_stay_as_sampled_where_the_template_would_strip_them(
     assert "<think>\nTwo digits each: mul.\n</think>\n\n408<|im_end|>\n<|im_start|>user" in read
 
 
-def test_a_turn_without_its_end_of_turn_token_gets_it_inserted(replay_model_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(replay_model_dir)
+def test_a_turn_without_its_end_of_turn_token_gets_it_inserted(smollm2_tokenizer: Any) -> None:
+    tokenizer = smollm2_tokenizer
     chat = ChatFormat(tokenizer, [])
     eos = tokenizer.eos_token_id
     stopped_on_a_string = tokenizer(CALL + ".", add_special_tokens=False)["input_ids"]
@@ -112,14 +110,14 @@ def test_a_turn_without_its_end_of_turn_token_gets_it_inserted(replay_model_dir:
 
 
 def test_tool_calls_in_a_qwen3_style_conversation_parse_from_the_sampled_text(
-    qwen3_style, replay_model_dir: Path
+    qwen3_style, smollm2_tiny_dir: Path
 ) -> None:
     """Reasoning before a call does not hide the call: the turn's text is parsed whole."""
     from transformers import AutoModelForCausalLM
 
     from grpo.demo.tools_task import mul
 
-    model = AutoModelForCausalLM.from_pretrained(replay_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_tiny_dir)
     engine = ScriptedEngine(qwen3_style, model, [THINKING + CALL, "408"])
     settings = AgentSettings(
         chat=ChatFormat(qwen3_style, []), tools={"mul": mul}, parser=parse_xml_json, max_turns=2
