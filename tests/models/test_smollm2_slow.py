@@ -88,6 +88,7 @@ def test_one_grpo_step_then_a_plain_folder_that_loads_and_evaluates_without_gguf
     from grpo.models import loading
     from grpo.training.loop import train
 
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))  # converted afresh here
     dequantized = []
     real = loading.dequantized_gguf
     monkeypatch.setattr(loading, "dequantized_gguf", lambda *a: dequantized.append(a) or real(*a))
@@ -117,6 +118,12 @@ def test_one_grpo_step_then_a_plain_folder_that_loads_and_evaluates_without_gguf
     check_model_names(config)  # what grpo train checks first passes on the real file
     result = train(config, verbose=False)
     assert len(dequantized) == 1  # π_ref was copied from the fresh policy, not dequantized again
+    again = loading.load_reference(str(smollm2_gguf), torch.device("cpu"), dtype="bfloat16")
+    assert len(dequantized) == 1  # later loads read the folder the first one converted
+    assert again.lm_head.weight is again.model.embed_tokens.weight
+    assert again.generation_config.eos_token_id == 2
+    converted = list((tmp_path / "cache" / "gguf").glob("*/bfloat16/model.safetensors"))
+    assert len(converted) == 1, "the weights were converted once, in bfloat16"
     assert [row["step"] for row in result.history] == [1]
     final = result.final_dir
     saved = json.loads((final / "config.json").read_text())

