@@ -17,6 +17,11 @@ word-level tokenizer this script builds.
 2. **Training steps**: grpo against TRL's ``GRPOTrainer`` with HF generation, each in its
    own process (:mod:`trl_compare`'s child), the median step and its phases.
 3. **Peak GPU memory** of each (``torch.cuda.max_memory_allocated``).
+4. **The real model**: 1 and 2 again on SmolLM2-135M-Instruct in bf16 (the GGUF file of
+   ``grpo demo --task smollm2``, from the grpo cache: a GPU machine that cannot reach the
+   package registry needs it there already, else this part is skipped and says why), with
+   64 of the real-model demo's questions in its chat template and the share of digits as the
+   reward (:mod:`smollm2_bench`). ``--dry`` skips it: its functions are those of 1 and 2.
 
 It writes ``results.json`` and ``results.md`` to ``--out``. vLLM is not needed. TRL comes
 from the ``bench`` extra; without it the TRL run is skipped and the results say so.
@@ -85,12 +90,18 @@ def rollout_check(model_dir: Path, args: argparse.Namespace, device: str) -> dic
     }
 
 
-def training_check(model_dir: Path, work: Path, args: argparse.Namespace, device: str) -> dict:
+def training_check(
+    model_dir: Path,
+    prompts: Path,
+    args: argparse.Namespace,
+    device: str,
+    reward: str = "even_share",
+) -> dict:
     """Median GRPO steps of grpo and of TRL (skipped, and said, without TRL)."""
-    prompts = work / "prompts.jsonl"
-    write_prompts(prompts, args.vocab, args.prompt_tokens)
+    work = prompts.parent
     settings = SimpleNamespace(threads=torch.get_num_threads(), micro_batch=args.micro_batch)
     settings.cap_gb, settings.child_timeout = 1e6, 0
+    settings.trl_micro_batch = 64  # TRL trains its 64 completions in one pass on a GPU
     trainers = ["grpo", "trl"] if importlib.util.find_spec("trl") else ["grpo"]
     results: dict[str, Any] = {}
     for trainer in trainers:
@@ -104,6 +115,7 @@ def training_check(model_dir: Path, work: Path, args: argparse.Namespace, device
             max_new_tokens=args.new_tokens,
             device=device,
             dtype=args.dtype,
+            reward=reward,
         )
         results[trainer].pop("per_step", None)
         results[trainer].pop("rewards", None)
@@ -112,19 +124,52 @@ def training_check(model_dir: Path, work: Path, args: argparse.Namespace, device
     return results
 
 
+def real_model_check(work: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """Rollout tokens/s and GRPO steps on SmolLM2-135M-Instruct; skipped, saying why, where
+    its GGUF cannot be had."""
+    from smollm2_bench import smollm2_model_dir, write_smollm2_prompts
+
+    from grpo.demo.smollm2 import FetchError
+
+    try:
+        model_dir = smollm2_model_dir(work / "smollm2", dtype=args.dtype)
+    except FetchError as error:
+        return {"skipped": f"SmolLM2-135M-Instruct cannot be had here: {error}"}
+    prompts = work / "smollm2" / "prompts.jsonl"
+    prompt_tokens = write_smollm2_prompts(prompts, model_dir, args.prompts * args.group)
+    real_args = argparse.Namespace(**{**vars(args), "prompt_tokens": round(prompt_tokens)})
+    rollout = rollout_check(model_dir, real_args, device)
+    print(f"real model rollout: {rollout}", flush=True)
+    training = training_check(model_dir, prompts, real_args, device, reward="digit_share")
+    return {"rollout": rollout, "training": training, "prompt_tokens": prompt_tokens}
+
+
 def markdown(report: dict[str, Any]) -> str:
-    """The results as a short Markdown table."""
-    rollout, training = report["rollout"], report["training"]
+    """The results as short Markdown tables: the Qwen-shaped model's, then the real model's."""
+    lines = [
+        f"GPU check ({report['model']}, {report['dtype']}, {report['device_name']}): "
+        f"{report['prompts']} prompts × G = {report['group']}, {report['prompt_tokens']}-token "
+        f"prompts, {report['new_tokens']} new tokens; {report['seconds']:.0f} s in all.",
+        "",
+        *_table(report["rollout"], report["training"]),
+    ]
+    real = report.get("real_model")
+    if real is not None:
+        lines += ["", f"SmolLM2-135M-Instruct ({report['dtype']}), the same settings:", ""]
+        if "skipped" in real:
+            lines.append(f"Skipped: {real['skipped']}.")
+        else:
+            lines += _table(real["rollout"], real["training"])
+    return "\n".join(lines)
+
+
+def _table(rollout: dict[str, Any], training: dict[str, Any]) -> list[str]:
     gib = 2**30
 
     def memory(value: int | None) -> str:
         return f"{value / gib:.1f} GiB" if value else "—"
 
     lines = [
-        f"GPU check ({report['model']}, {report['dtype']}, {report['device_name']}): "
-        f"{report['prompts']} prompts × G = {report['group']}, {report['prompt_tokens']}-token "
-        f"prompts, {report['new_tokens']} new tokens; {report['seconds']:.0f} s in all.",
-        "",
         "| | grpo | reference | grpo / reference |",
         "|---|---:|---:|---:|",
         f"| rollout tokens/s (vs transformers.generate) | {rollout['engine_tokens_per_s']:.0f} "
@@ -142,7 +187,7 @@ def markdown(report: dict[str, Any]) -> str:
     if "skipped" in trl:
         lines.append(f"| step time, median (s) | {ours['median']['step']:.2f} | skipped | — |")
         lines += ["", f"TRL: {trl['skipped']}."]
-        return "\n".join(lines)
+        return lines
     for key, label in (("step", "step time, median (s)"), ("rollout", "  rollout (s)")):
         ratio = ours["median"][key] / trl["median"][key]
         lines.append(
@@ -153,7 +198,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"| peak GPU memory vs TRL | {memory(ours['peak_gpu_bytes'])} "
         f"| {memory(trl['peak_gpu_bytes'])} | — |"
     )
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
@@ -182,7 +227,10 @@ def main() -> None:
         build_model_dir(model_dir, args.vocab, 2048, shape, tied=True, dtype=args.dtype)
         rollout = rollout_check(model_dir, args, device)
         print(f"rollout: {rollout}", flush=True)
-        training = training_check(model_dir, work, args, device)
+        prompts = work / "prompts.jsonl"
+        write_prompts(prompts, args.vocab, args.prompt_tokens)
+        training = training_check(model_dir, prompts, args, device)
+        real_model = None if args.dry else real_model_check(work, args, device)
     report = {
         "model": "dry tiny Llama" if args.dry else "Qwen2.5-0.5B-shaped (random)",
         "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
@@ -192,6 +240,7 @@ def main() -> None:
         "steps": args.steps,
         "rollout": rollout,
         "training": training,
+        "real_model": real_model,
         "seconds": time.perf_counter() - started,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
     pip install -e ".[bench]"            # TRL 1.16, for this benchmark only
     python benchmarks/trl_compare.py [--steps 4] [--threads N] [--scaling] [--cap-gb 14]
     python benchmarks/trl_compare.py --prompt-tokens 256   # the long-prompt setting
+    python benchmarks/trl_compare.py --model smollm2       # the real pretrained model
 
 Builds, locally and with random weights, a Llama (hidden 512, intermediate 1376, 8 layers,
 8 heads, untied embeddings; ~58M parameters at vocabulary 32000), a word-level tokenizer of
@@ -12,6 +13,16 @@ that vocabulary, and 64 prompts of ``--prompt-tokens`` tokens (32; the long-prom
 (``trl_compare_child.py``) with the same settings: 8 prompts × G = 8, T = 64 completion
 tokens without early EOS, temperature 1, β = 0.04 (a reference model), μ = 1, lr 1e-6,
 seed 0, the same thread count.
+
+``--model smollm2`` runs the same comparison on the real pretrained model instead:
+SmolLM2-135M-Instruct (134.5M parameters, 30 layers, vocabulary 49152, tied embeddings) from
+the GGUF file the demo fetches, dequantized by grpo's loader and saved as one folder that both
+trainers load; 64 of the real-model demo's questions in its chat template (about 34 tokens
+each); T = 48 completion tokens (``--max-new-tokens``); the reward is the share of digits in
+the completion (:func:`smollm2_bench.digit_share`), which differs within every group. TRL
+then trains its 64 completions in passes of ``--micro-batch`` sequences, as grpo does (one
+pass of 64 took TRL past 14 GB on this model's 49152-token vocabulary; ``--trl-micro-batch``
+sets it).
 
 The ceiling is fp32 ``torch.mm`` FLOP/s measured in this run (best of a few shapes, before
 and after the trainers); each phase's FLOPs are counted from the model's shapes (matmuls
@@ -46,6 +57,7 @@ CHILD = Path(__file__).with_name("trl_compare_child.py")
 PROMPTS, GROUP, PROMPTS_PER_STEP = 64, 8, 8
 ROWS = PROMPTS_PER_STEP * GROUP  # completions per step
 MODEL = {"hidden": 512, "intermediate": 1376, "layers": 8, "heads": 8}
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def build_tokenizer(directory: Path, vocab: int) -> Any:
@@ -121,11 +133,18 @@ def matmul_ceiling(threads: int) -> float:
     return best
 
 
-def step_flops(vocab: int, completion: int, prompt_tokens: int) -> dict[str, float]:
-    """Matmul FLOPs of one step's phases (2·m·n·k), counted from the shapes: each prompt once
-    per group, each row's completion attending to its prompt and itself."""
-    d, inner, layers = MODEL["hidden"], MODEL["intermediate"], MODEL["layers"]
-    per_token = layers * (2 * 4 * d * d + 2 * 3 * d * inner)  # projections + MLP
+def step_flops(
+    vocab: int, completion: int, prompt_tokens: float, shape: dict[str, int] | None = None
+) -> dict[str, float]:
+    """Matmul FLOPs of one step's phases (2·m·n·k), counted from the shapes (:data:`MODEL`'s
+    by default; ``kv_heads`` for grouped-query attention): each prompt once per group, each
+    row's completion attending to its prompt and itself."""
+    shape = shape or MODEL
+    d, inner, layers = shape["hidden"], shape["intermediate"], shape["layers"]
+    kv_width = d * shape.get("kv_heads", shape["heads"]) // shape["heads"]
+    prompt_tokens = round(prompt_tokens)
+    # projections (q and o: d×d; k and v: d×kv_width) + MLP (three d×inner)
+    per_token = layers * (2 * (2 * d * d + 2 * d * kv_width) + 2 * 3 * d * inner)
     head = 2 * d * vocab
 
     def attention(context: int) -> float:  # QKᵀ and AV for one token attending to `context`
@@ -158,6 +177,7 @@ def run_child(trainer: str, model_dir: Path, prompts: Path, args, out: Path, **e
         f"--prompts={prompts}",
         f"--threads={args.threads}",
         f"--micro-batch={args.micro_batch}",
+        f"--trl-micro-batch={args.trl_micro_batch}",
         f"--out={out}",
         *[f"--{key.replace('_', '-')}={value}" for key, value in extra.items()],
     ]
@@ -280,7 +300,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="per trainer, the warm-up included")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--micro-batch", type=int, default=16, help="grpo sequences per pass")
+    parser.add_argument(
+        "--trl-micro-batch",
+        type=int,
+        default=0,
+        help="TRL sequences per pass (per_device_train_batch_size, the rest accumulated); "
+        "0 = 64 (one pass) for the random model, --micro-batch for smollm2",
+    )
     parser.add_argument("--prompt-tokens", type=int, default=32, help="256: long-prompt setting")
+    parser.add_argument(
+        "--model",
+        choices=["random", "smollm2"],
+        default="random",
+        help="random: the ~58M Llama built here; smollm2: the real pretrained model",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=0, help="T; 0 = 64 (random) or 48 (smollm2)"
+    )
     parser.add_argument(
         "--unshared", action="store_true", help="also grpo with train.share_prompt = false"
     )
@@ -299,10 +335,16 @@ def main() -> None:
     parser.add_argument("--child-timeout", type=float, default=0, help="seconds; 0 = none")
     parser.add_argument("--json", type=Path, help="write every measurement here (as it comes)")
     args = parser.parse_args()
+    completion = args.max_new_tokens or (48 if args.model == "smollm2" else 64)
+    if not args.trl_micro_batch:
+        args.trl_micro_batch = args.micro_batch if args.model == "smollm2" else ROWS
     report: dict = {
+        "model": args.model,
         "threads": args.threads,
         "micro_batch": args.micro_batch,
+        "trl_micro_batch": args.trl_micro_batch,
         "prompt_tokens": args.prompt_tokens,
+        "max_new_tokens": completion,
     }
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
@@ -317,7 +359,24 @@ def main() -> None:
 
         if not args.scaling_only:
             ceiling_before = matmul_ceiling(args.threads)
-            model_dir, prompts = setup(32000, 64)
+            if args.model == "smollm2":
+                from smollm2_bench import (
+                    SMOLLM2_SHAPE,
+                    SMOLLM2_VOCAB,
+                    smollm2_model_dir,
+                    write_smollm2_prompts,
+                )
+
+                model_dir = smollm2_model_dir(work_dir / "smollm2")
+                prompts = work_dir / "prompts-smollm2.jsonl"
+                report["prompt_tokens"] = write_smollm2_prompts(prompts, model_dir, PROMPTS)
+                flops = step_flops(
+                    SMOLLM2_VOCAB, completion, report["prompt_tokens"], SMOLLM2_SHAPE
+                )
+            else:
+                model_dir, prompts = setup(32000, 64)
+                flops = step_flops(32000, completion, args.prompt_tokens)
+            reward = "digit_share" if args.model == "smollm2" else "even_share"
             results = {}
             runs = {"grpo": ("grpo", "true", "false"), "trl": ("trl", "true", "false")}
             if args.unshared:
@@ -332,23 +391,24 @@ def main() -> None:
                     args,
                     work_dir / f"{trainer}.json",
                     steps=args.steps,
-                    max_new_tokens=64,
+                    max_new_tokens=completion,
                     share_prompt=share,
                     compile=compiled,
+                    reward=reward,
                 )
-                results[trainer]["max_new_tokens"] = 64
+                results[trainer]["max_new_tokens"] = completion
                 if "median" not in results[trainer]:  # stopped by --cap-gb or --child-timeout
                     raise SystemExit(f"{trainer} was stopped: {results[trainer]}")
                 median_step = results[trainer]["median"]["step"]
                 print(f"{trainer}: median step {median_step:.2f} s", flush=True)
             ceiling = max(ceiling_before, matmul_ceiling(args.threads))
-            flops = step_flops(32000, 64, args.prompt_tokens)
             report.update(results=results, ceiling=ceiling, flops=flops)
             if args.json:
                 args.json.write_text(json.dumps(report, indent=1))
             print(
-                f"\n{args.threads} threads; {args.steps - 1} timed steps per trainer; "
-                f"prompts of {args.prompt_tokens} tokens\n"
+                f"\n{args.model} model; {args.threads} threads; {args.steps - 1} timed steps per "
+                f"trainer; prompts of {report['prompt_tokens']:.0f} tokens, {completion} "
+                "completion tokens\n"
             )
             print(headline_table(results, flops, ceiling))
         if args.scaling or args.scaling_only:

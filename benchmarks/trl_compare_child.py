@@ -13,9 +13,10 @@ Every phase is timed by wrapping the function that does it (the trainers are not
   ``_prepare_inputs``), optimizer = ``AdamW.step``.
 
 A step's time is wall-clock from its start to the end of its optimizer step; step 1 (warm-up)
-is left out of the medians. Rewards: :func:`even_share`, a continuous score that varies within
-every group. Neither trainer stops early: grpo's engine gets no EOS id, TRL gets
-``min_new_tokens`` = T, so both score exactly T tokens per completion.
+is left out of the medians. Rewards (``--reward``): :func:`even_share`, or for the real model
+:func:`digit_share`, continuous scores that vary within every group. Neither trainer stops
+early: grpo's engine gets no EOS id, TRL gets ``min_new_tokens`` = T, so both score exactly T
+tokens per completion.
 """
 
 from __future__ import annotations
@@ -46,12 +47,22 @@ def even_share(completions: list[str], **_: Any) -> list[float]:
     return scores
 
 
+def digit_share(completions: list[str]) -> list[float]:
+    from smollm2_bench import digit_share as share
+
+    return share(completions)
+
+
+REWARDS = {"even_share": even_share, "digit_share": digit_share}
+REWARD = ["even_share"]  # the one chosen by --reward
+
+
 def grpo_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-    return even_share(completions)
+    return REWARDS[REWARD[0]](completions)
 
 
 def trl_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-    return even_share(completions)
+    return REWARDS[REWARD[0]](completions)
 
 
 class PhaseClock:
@@ -152,7 +163,7 @@ def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
             'rewards=[{function = "trl_compare_child:grpo_reward"}]',
         ]
         config = load_config(None, overrides)
-        reward = RewardFunction(name="even_share", fn=recorded_reward)
+        reward = RewardFunction(name=args.reward, fn=recorded_reward)
         started = time.perf_counter()
         history = trainer_module.train(config, reward_functions=[reward], verbose=False).history
         total = time.perf_counter() - started
@@ -221,8 +232,10 @@ def run_trl(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
             beta=0.04,
             num_iterations=1,
             num_generations=8,
-            per_device_train_batch_size=64,  # 8 prompts × G = 8 per optimizer step
-            gradient_accumulation_steps=1,
+            # 8 prompts × G = 8 per optimizer step, generated at once, trained in passes of
+            # --trl-micro-batch (64: one pass)
+            per_device_train_batch_size=args.trl_micro_batch,
+            gradient_accumulation_steps=64 // args.trl_micro_batch,
             max_completion_length=args.max_new_tokens,
             generation_kwargs={"min_new_tokens": args.max_new_tokens},
             temperature=1.0,
@@ -265,11 +278,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (gpu_check.py)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--trl-micro-batch", type=int, default=64, choices=[8, 16, 32, 64])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reward", choices=sorted(REWARDS), default="even_share")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    REWARD[0] = args.reward
     torch.set_num_threads(args.threads)
     import transformers
 

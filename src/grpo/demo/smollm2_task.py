@@ -4,24 +4,25 @@ say.
 Asked "What is 7 times 4?", the base model mostly talks around the question ("To find 7
 times 4, we can use the formula for multiplication of a number by itself…") and runs out
 of tokens, yet given the start of an answer ("7 times 4 is") it completes the right number
-for nearly every times-table fact. That gap is where GRPO has signal: some of the G samples
+for most times-table facts. That gap is where GRPO has signal: some of the G samples
 answer and most do not, and the reward picks the ones that do. Four kinds of question, as
-they measured on the base model (greedy on the chat template, 30 questions each; the first
-column completes the prefilled answer, the second answers the bare question):
+they measured on the base model (``python benchmarks/smollm2_kinds.py``: greedy, in the chat
+template, 30 questions each; the first column answers the bare question, the second
+completes the prefilled start of the answer):
 
-=============================  ==================  ================
-kind                           answer prefilled    bare question
-=============================  ==================  ================
-multiply (tables to 12)        97%                 24-30%
-divide (exact)                 70%                 26%
-next number                    70%                 0%
-multiply 2-digit by 1-digit    37%                 4%
-=============================  ==================  ================
+=============================  ==============  ================
+kind                           bare question   answer prefilled
+=============================  ==============  ================
+multiply (tables to 12)        40%             70%
+divide (exact)                 40%             53%
+next number                    0%              77%
+multiply 2-digit by 1-digit    13%             30%
+=============================  ==============  ================
 
-Addition and subtraction were left out: prefilled, the model gets 0-10% of 2-digit sums
-right, so there is little to bring out. The splits are disjoint by fact, not only by
-question: "7 times 4", "4 times 7", "28 divided by 4" and "28 divided by 7" are one fact and
-sit in one split, so no test question is a rewording of a trained one.
+Addition and subtraction were left out: prefilled, the model gets 0% of 2-digit sums and
+17% of differences right, so there is little to bring out. The splits are disjoint by fact,
+not only by question: "7 times 4", "4 times 7", "28 divided by 4" and "28 divided by 7" are
+one fact and sit in one split, so no test question is a rewording of a trained one.
 """
 
 from __future__ import annotations
