@@ -11,7 +11,7 @@ as one folder), and train on the demo's task (:mod:`grpo.demo.smollm2_task`): it
 questions, in the chat template as text, so both see the same prompt ids. Everything that
 both trainers name is set the same, as the demo sets it: G = 8, 8 prompts per step, LoRA
 (rank 16, alpha 32, every linear layer but the output head, no dropout), AdamW at lr 2e-4
-(constant, β = (0.9, 0.999), no weight decay, gradients clipped at norm 1), temperature 1
+(constant, β = (0.9, 0.999), no weight decay, gradients clipped at norm 1), temperature 0.8
 with neither top-p nor top-k, at most 32 completion tokens (EOS ends one), β = 0 (no
 reference model), one optimizer step per batch (μ = 1, so the clip range 0.2 never acts),
 the group-normalized advantage with ε = 1e-4 and the loss averaged 1/|y_i| per completion,
@@ -51,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-GROUP, PROMPTS_PER_STEP, MAX_NEW_TOKENS, LR = 8, 8, 32, 2e-4
+GROUP, PROMPTS_PER_STEP, MAX_NEW_TOKENS, LR, TEMPERATURE = 8, 8, 32, 2e-4, 0.8
 LORA = {"rank": 16, "alpha": 32}
 
 
@@ -106,7 +106,7 @@ def run_grpo(args: argparse.Namespace) -> dict[str, Any]:
             f"data.train_path={args.train}",
             f"rollout.group_size={GROUP}",
             f"rollout.max_new_tokens={MAX_NEW_TOKENS}",
-            "rollout.temperature=1.0",
+            f"rollout.temperature={TEMPERATURE}",
             "algorithm.beta=0.0",
             "algorithm.aggregation=sequence",
             f"optim.lr={LR}",
@@ -196,7 +196,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
             per_device_train_batch_size=16,
             gradient_accumulation_steps=GROUP * PROMPTS_PER_STEP // 16,
             max_completion_length=MAX_NEW_TOKENS,
-            temperature=1.0,
+            temperature=TEMPERATURE,
             top_p=1.0,
             top_k=0,
             learning_rate=LR,

@@ -257,10 +257,12 @@ def _say_next_steps(
     say(f"  {train_command}   # this training again (overwrites the run)")
 
 
-def _say_reward_curve(history: list[dict], say: Callable[[str], None]) -> None:
+def _say_reward_curve(
+    history: list[dict], say: Callable[[str], None], temperature: float = 1.0
+) -> None:
     """The mean training reward of each step, as a text curve."""
     rewards = [row["reward/mean"] for row in history if "reward/mean" in row]
-    say("\nmean reward per step (training prompts, sampled at temperature 1):")
+    say(f"\nmean reward per step (training prompts, sampled at temperature {temperature:g}):")
     say(text_curve(rewards, label="reward/mean"))
 
 

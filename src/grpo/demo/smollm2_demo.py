@@ -77,7 +77,7 @@ def run_smollm2_demo(
     for name, (_, report) in (("before", before), ("after", after)):
         (work_dir / f"eval_{name}.json").write_text(json.dumps(report.summary(), indent=2))
 
-    _say_reward_curve(result.history, say)
+    _say_reward_curve(result.history, say, temperature=config.rollout.temperature)
     _say_before_and_after(test_set, before, after, say, kinds=kinds, min_count=1)
     total_seconds = time.perf_counter() - started
     say(
