@@ -16,6 +16,7 @@ from grpo.demo.smollm2_task import KINDS
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(960)
 def test_the_quick_demo_prints_the_table_by_kind_and_leaves_a_plain_model(
     tmp_path: Path, smollm2_gguf: Path
 ) -> None:
