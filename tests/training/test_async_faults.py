@@ -4,6 +4,7 @@ a tiny model."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -19,20 +20,35 @@ from grpo.training.rounds import Request, Result
 from grpo.training.worker_pool import RolloutWorkerError
 
 
-@pytest.fixture(scope="module")
-def spec(tiny_model_dir, arithmetic_jsonl, tmp_path_factory) -> WorkerSpec:
+def _spec(model_dir, train_path, run_dir) -> WorkerSpec:
     config = load_config(
         None,
         [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
+            f"model.path='{model_dir}'",
+            f"data.train_path='{train_path}'",
             "rewards=[{function='grpo.rewards:numeric_answer'}]",
             "rollout.group_size=4",
             "rollout.max_new_tokens=48",
-            f"train.run_dir='{tmp_path_factory.mktemp('run')}'",
+            f"train.run_dir='{run_dir}'",
         ],
     )
     return WorkerSpec(config, None, threads=1)
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_model_dir, arithmetic_jsonl, tmp_path_factory) -> WorkerSpec:
+    return _spec(tiny_model_dir, arithmetic_jsonl, tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture(scope="module")
+def large_answer_spec(tiny_model_dir, arithmetic_jsonl, tmp_path_factory) -> WorkerSpec:
+    """Rows that carry a 64 KiB column (a code task's test cases, say): an answer on 2
+    prompts is 128 KiB, more than a pipe holds, so sending it takes the learner reading it."""
+    folder = tmp_path_factory.mktemp("large")
+    rows = [json.loads(line) for line in arithmetic_jsonl.read_text().splitlines()]
+    lines = [json.dumps({**row, "tests": "x" * 65536}) for row in rows]
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return _spec(tiny_model_dir, folder / "train.jsonl", folder / "run")
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +106,31 @@ def test_a_hung_worker_trips_the_heartbeat_and_is_restarted(spec, weights) -> No
         pool.submit(0, _request(1))
         assert [r.request.number for r in _answers(pool, {1})] == [1]
         assert pool.restarts == 1
+    finally:
+        pool.close()
+
+
+def test_a_worker_hung_while_sending_leaves_its_replacement_and_the_others_answering(
+    large_answer_spec, weights
+) -> None:
+    """A worker stopped or killed partway through sending an answer must not silence the
+    pool: each worker answers on a channel of its own. (On one shared queue the stopped
+    worker kept the queue's write lock and half a message: the learner blocked reading the
+    message, and every other worker, the replacement too, waited for the lock forever.)"""
+    pool = LocalPool(large_answer_spec, 2, timeout_s=3, max_restarts=1)
+    try:
+        pool.publish(weights, 0)
+        pool.submit(0, _request(0))  # 128 KiB, while the learner is not polling
+        _wait_until(lambda: pool.busy(0))
+        _wait_until(lambda: not pool.busy(0))
+        time.sleep(1.0)  # sending, or sent
+        os.kill(pool.pids()[0], signal.SIGSTOP)
+        pool.submit(0, _request(1))
+        pool.submit(1, _request(2))
+        results = _answers(pool, {0, 1, 2})
+        assert sorted(r.request.number for r in results) == [0, 1, 2]  # each once
+        assert pool.restarts == 1
+        assert all(len(r.produced.columns["tests"][0]) == 65536 for r in results)
     finally:
         pool.close()
 

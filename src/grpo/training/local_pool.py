@@ -1,6 +1,13 @@
 """Rollout workers as local processes (``rollout.backend = "local"``), on torch
-multiprocessing: one inbox queue per worker (weights and requests, handled in order) and
-one outbox they all answer on. Tensors travel through shared memory.
+multiprocessing: one inbox queue per worker (weights and requests, handled in order), and
+one pipe per worker that it answers on, read by a thread of the learner's. Tensors travel
+through shared memory.
+
+Nothing is shared between workers: a worker stopped or killed halfway through sending an
+answer holds up its own pipe alone, and its replacement gets a new one. (A queue shared
+by all workers has a write lock, which a worker stopped while holding it never releases,
+and one byte stream, which it leaves with half a message: every other worker, the
+replacement included, then waits for the lock forever, and the learner for the message.)
 
 Faults are the pool's to handle. A worker that exits, stops beating (its heartbeat thread
 writes a timestamp twice a second), or spends longer than ``timeout_s`` on one request is
@@ -13,6 +20,7 @@ ignore Ctrl-C (the learner stops them), and exit on their own when the learner d
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -20,6 +28,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
@@ -49,15 +58,17 @@ def _beat(heartbeat: Any, parent_pid: int) -> None:
 
 
 def worker_main(
-    spec: WorkerSpec, index: int, inbox: Any, outbox: Any, heartbeat: Any, busy_since: Any
+    spec: WorkerSpec, index: int, inbox: Any, outbox: Connection, heartbeat: Any, busy_since: Any
 ) -> None:
-    """A worker process: build, then answer its inbox in order until told to stop."""
+    """A worker process: build, then answer its inbox in order, on ``outbox`` (its own
+    pipe's sending end), until told to stop. A long answer is sent while the learner's
+    reader takes it in, not held until the learner polls."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     threading.Thread(target=_beat, args=(heartbeat, os.getppid()), daemon=True).start()
     try:
         state = build_worker(spec, index)
     except BaseException:
-        outbox.put(("error", index, None, traceback.format_exc()))
+        outbox.send(("error", index, None, traceback.format_exc()))
         return
     idle_s = 0.0
     while True:
@@ -74,21 +85,38 @@ def worker_main(
         try:
             result = serve(state, request)
         except UserCodeError as error:  # a reward or environment: the learner reports it
-            outbox.put(("user_error", index, request.number, error))
+            outbox.send(("user_error", index, request.number, error))
             continue
         except Exception:
-            outbox.put(("error", index, request.number, traceback.format_exc()))
+            outbox.send(("error", index, request.number, traceback.format_exc()))
             continue
         finally:
             busy_since.value = 0.0
         result.idle_s, idle_s = idle_s, 0.0
-        outbox.put(("result", result))
+        outbox.send(("result", result))
+
+
+def _read_answers(index: int, process: Any, answers: Connection, arrivals: Any) -> None:
+    """Move worker ``index``'s messages from its pipe to the pool's ``arrivals`` until the
+    pipe ends (the worker exited or was killed). A thread per worker: one stopped halfway
+    through a message holds up this thread alone, until the pool kills it."""
+    while True:
+        try:
+            arrivals.put(answers.recv())
+        except EOFError:
+            return
+        except Exception:  # a worker gone mid-message, or a message that cannot be unpickled
+            if not multiprocessing.connection.wait([process.sentinel], timeout=1.0):
+                arrivals.put(("unreadable", index, traceback.format_exc()))  # it is alive
+            return
 
 
 @dataclass
 class _Handle:
     process: Any
     inbox: Any
+    answers: Connection  # the learner's end of the worker's pipe
+    reader: threading.Thread  # _read_answers on it
     heartbeat: Any  # the time of the worker's last beat; 0.0 until its first
     busy_since: Any
     started: float  # when the process was started
@@ -102,7 +130,7 @@ class LocalPool:
     ) -> None:
         self._context = mp.get_context("spawn")
         self._spec, self._timeout_s, self._max_restarts = spec, timeout_s, max_restarts
-        self._outbox = self._context.Queue()
+        self._arrivals: queue.SimpleQueue = queue.SimpleQueue()  # every worker's messages
         self._weights = WeightStore()
         self._outstanding: dict[int, tuple[int, Request]] = {}  # number → (worker, request)
         self._early: list[Result] = []  # read while checking a dead worker's last words
@@ -126,14 +154,23 @@ class LocalPool:
         heartbeat = self._context.Value("d", 0.0, lock=False)
         busy_since = self._context.Value("d", 0.0, lock=False)
         inbox = self._context.Queue()
+        answers, outbox = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=worker_main,
-            args=(self._spec, index, inbox, self._outbox, heartbeat, busy_since),
+            args=(self._spec, index, inbox, outbox, heartbeat, busy_since),
             name=f"grpo-rollout-worker-{index}",
             daemon=True,
         )
         process.start()
-        return _Handle(process, inbox, heartbeat, busy_since, time.time())
+        outbox.close()  # the worker's end alone: the pipe ends when the worker does
+        reader = threading.Thread(
+            target=_read_answers,
+            args=(index, process, answers, self._arrivals),
+            name=f"grpo-rollout-answers-{index}",
+            daemon=True,
+        )
+        reader.start()
+        return _Handle(process, inbox, answers, reader, heartbeat, busy_since, time.time())
 
     def publish(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Every worker takes ``weights`` as ``version`` before its next request."""
@@ -153,9 +190,9 @@ class LocalPool:
         while not results:
             wait = min(HEARTBEAT_S, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(queue.Empty):
-                results.extend(self._handle(self._outbox.get(timeout=wait)))
+                results.extend(self._handle(self._arrivals.get(timeout=wait)))
                 while True:
-                    results.extend(self._handle(self._outbox.get_nowait()))
+                    results.extend(self._handle(self._arrivals.get_nowait()))
             self._check_health()
             if time.monotonic() >= deadline:
                 break
@@ -168,6 +205,11 @@ class LocalPool:
             _, index, number, text = message
             what = "starting" if number is None else f"on request {number}"
             raise RolloutWorkerError(f"rollout worker {index} failed {what}:\n{text}")
+        if message[0] == "unreadable":
+            _, index, text = message
+            raise RolloutWorkerError(
+                f"rollout worker {index} sent a message the learner cannot read:\n{text}"
+            )
         result: Result = message[1]
         if self._outstanding.pop(result.request.number, None) is None:
             return []  # answered twice: a restarted worker's request, answered before its end
@@ -181,18 +223,19 @@ class LocalPool:
             # torch, seconds on a busy machine: only a silence of SILENCE_S counts then.
             silent = now - (beat or handle.started)
             if not handle.process.is_alive():
-                self._read_last_words()  # its error, if it sent one, is the run's error
+                self._read_last_words(handle)  # its error, if it sent one, is the run's error
                 self._restart(index, f"exited with code {handle.process.exitcode}")
             elif silent > (min(self._timeout_s, SILENCE_S) if beat else SILENCE_S):
                 self._restart(index, f"sent no heartbeat for {silent:.0f} s {limit}")
             elif busy and now - busy > self._timeout_s:
                 self._restart(index, f"spent {now - busy:.0f} s on one request {limit}")
 
-    def _read_last_words(self) -> None:
-        """What a worker that exited put in the outbox before it went."""
+    def _read_last_words(self, handle: _Handle) -> None:
+        """What a worker that exited sent before it went (its reader ends with its pipe)."""
+        handle.reader.join(timeout=5)
         with contextlib.suppress(queue.Empty):
             while True:
-                self._early.extend(self._handle(self._outbox.get(timeout=0.2)))
+                self._early.extend(self._handle(self._arrivals.get_nowait()))
 
     def _restart(self, index: int, why: str) -> None:
         allow_restart(index, why, self.restarts, self._max_restarts)
@@ -212,8 +255,6 @@ class LocalPool:
         for handle in self._handles:
             _stop(handle, kill=False)
         self._handles = []
-        self._outbox.cancel_join_thread()
-        self._outbox.close()
 
 
 def _stop(handle: _Handle, *, kill: bool) -> None:
@@ -226,3 +267,6 @@ def _stop(handle: _Handle, *, kill: bool) -> None:
         process.join(timeout=5)
     handle.inbox.cancel_join_thread()
     handle.inbox.close()
+    handle.reader.join(timeout=5)  # the pipe ended with the process
+    if not handle.reader.is_alive():
+        handle.answers.close()
