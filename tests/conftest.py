@@ -55,6 +55,31 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+def run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test run's that every xdist worker sees (workers are processes of
+    their own): the parent of the workers' temp dirs; without xdist, the run's own."""
+    basetemp = tmp_path_factory.getbasetemp()
+    return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+
+
+@pytest.fixture(scope="session")
+def demo_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The arithmetic demo's warm-started base, made by the demo's own warm start once per
+    test run (about a minute) for every demo-length test: copied into a work dir as
+    ``base/``, ``grpo demo`` reuses it (its ``warm_start.json``) instead of training it
+    again. Made under a file lock, by whichever worker asks first."""
+    from filelock import FileLock
+
+    from grpo.demo.run import demo_warm_start
+
+    shared = run_shared_dir(tmp_path_factory)
+    base = shared / "demo_base"
+    with FileLock(str(shared / "demo_base.lock")):
+        if not (base / "warm_start.json").is_file():
+            demo_warm_start(base, say=lambda _: None)
+    return base
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct's ``.gguf`` (the real model), from the grpo cache, where

@@ -1,5 +1,6 @@
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,11 +62,15 @@ def test_train_then_plot(tmp_path, tiny_model_dir, arithmetic_jsonl) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # above the subprocesses' own, so that one reports first
-def test_demo_quick_runs_end_to_end_and_every_path_and_command_it_prints_works(tmp_path) -> None:
+def test_demo_quick_runs_end_to_end_and_every_path_and_command_it_prints_works(
+    tmp_path, demo_base
+) -> None:
     # A hang guard, not a speed check: a loaded 2-core machine takes minutes.
     work_dir = tmp_path / "demo"
+    shutil.copytree(demo_base, work_dir / "base")  # the run's shared warm start, reused
     result = _grpo("demo", "--quick", "--work-dir", str(work_dir), timeout=700)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert f"warm start: reused from {work_dir / 'base'} (" in result.stdout
     assert "held-out greedy accuracy" in result.stdout
     assert (work_dir / "run" / "final" / "model.safetensors").exists()
     # Captured, stdout is not a terminal: plain lines, no carriage-return progress updates.

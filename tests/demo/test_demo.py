@@ -52,3 +52,17 @@ def test_the_table_lists_the_kinds_alphabetically_and_the_total_last(tiny_model_
         "subtract 2-digit",
         "all",
     ]
+
+
+def test_a_warm_start_is_reused_only_when_its_recipe_and_model_are_there(tmp_path: Path) -> None:
+    from grpo.demo.warm_start import record_warm_start, recorded_warm_start, warm_start_recipe
+
+    recipe = warm_start_recipe("arithmetic", target=0.3, chunk=50)
+    outcome = {"steps": 700, "probe_accuracy": 0.345}
+    record_warm_start(tmp_path, recipe, outcome)
+    assert recorded_warm_start(tmp_path, recipe) is None  # no model saved beside it
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert recorded_warm_start(tmp_path, recipe) == outcome
+    assert recorded_warm_start(tmp_path, {**recipe, "torch": "0.0"}) is None  # another torch
+    assert recorded_warm_start(tmp_path, {**recipe, "chunk": 100}) is None
+    assert recorded_warm_start(tmp_path / "elsewhere", recipe) is None

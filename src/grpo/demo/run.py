@@ -24,7 +24,12 @@ from grpo.data.dataset import PromptDataset, load_prompt_dataset
 from grpo.demo.model import build_tiny_llama
 from grpo.demo.task import make_splits, write_splits
 from grpo.demo.tokenizer import build_char_tokenizer
-from grpo.demo.warm_start import supervised_warm_start
+from grpo.demo.warm_start import (
+    record_warm_start,
+    recorded_warm_start,
+    supervised_warm_start,
+    warm_start_recipe,
+)
 from grpo.eval.evaluate import evaluate_model
 from grpo.eval.report import EvalReport
 from grpo.log.metrics import text_curve
@@ -84,6 +89,21 @@ def evaluate_by_kind(
 def warm_start(
     base_dir: Path, train_rows: list[dict], probe: PromptDataset, tokenizer, say
 ) -> dict:
+    recipe = warm_start_recipe(
+        "arithmetic",
+        target=WARM_START_TARGET,
+        chunk=WARM_START_CHUNK,
+        max_steps=WARM_START_MAX_STEPS,
+        model=[128, 4, 4],
+        lr=1e-3,
+    )
+    if (done := recorded_warm_start(base_dir, recipe)) is not None:
+        say(
+            f"warm start: reused from {base_dir} ({done['steps']} supervised steps → "
+            f"{done['probe_accuracy']:.0%} greedy accuracy on the dev split; delete it to "
+            "warm-start again)"
+        )
+        return done
     model = build_tiny_llama(tokenizer, hidden_size=128, layers=4, heads=4, seed=0)
     steps, accuracy = 0, 0.0
     while steps < WARM_START_MAX_STEPS:
@@ -97,7 +117,18 @@ def warm_start(
     model.save_pretrained(str(base_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(base_dir))
     say(f"warm start: {steps} supervised steps → {accuracy:.0%} greedy accuracy on the dev split")
-    return {"steps": steps, "probe_accuracy": accuracy}
+    outcome = {"steps": steps, "probe_accuracy": accuracy}
+    record_warm_start(base_dir, recipe, outcome)
+    return outcome
+
+
+def demo_warm_start(base_dir: Path, say: Callable[[str], None] = print) -> dict:
+    """The demo's warm start alone, into ``base_dir`` (or the one recorded there): what
+    :func:`run_demo` starts with, for a later run to reuse."""
+    torch.manual_seed(0)
+    tokenizer = build_char_tokenizer()
+    train_rows, dev_rows, _ = demo_splits()
+    return warm_start(base_dir, train_rows, _probe_dataset(dev_rows, tokenizer), tokenizer, say)
 
 
 def run_demo(

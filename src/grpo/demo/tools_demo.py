@@ -37,7 +37,12 @@ from grpo.demo.tools_task import (
     tools_chat,
     warm_start_traces,
 )
-from grpo.demo.warm_start import supervised_steps
+from grpo.demo.warm_start import (
+    record_warm_start,
+    recorded_warm_start,
+    supervised_steps,
+    warm_start_recipe,
+)
 from grpo.rollout.engine import SamplingParams
 from grpo.rollout.hf_engine import TransformersEngine
 
@@ -89,6 +94,21 @@ def tools_warm_start(
     base_dir: Path, train_rows: list[dict], dev_rows: list[dict], tokenizer: Any, say: Callable
 ) -> dict:
     """Supervised steps on tool-use traces until greedy dev accuracy reaches the target."""
+    recipe = warm_start_recipe(
+        "tools",
+        target=WARM_START_TARGET,
+        chunk=WARM_START_CHUNK,
+        max_steps=WARM_START_MAX_STEPS,
+        model=[128, 4, 4, 256],
+        lr=1e-3,
+    )
+    if (done := recorded_warm_start(base_dir, recipe)) is not None:
+        say(
+            f"warm start: reused from {base_dir} ({done['steps']} supervised steps → "
+            f"{done['probe_accuracy']:.0%} greedy accuracy, {done['probe_tool_calls']:.0%} "
+            "tool calls on the dev split; delete it to warm-start again)"
+        )
+        return done
     model = build_tiny_llama(tokenizer, hidden_size=128, layers=4, heads=4, max_positions=256)
     traces = warm_start_traces(tools_chat(tokenizer), train_rows)
     steps, accuracy, calls = 0, 0.0, 0.0
@@ -107,7 +127,9 @@ def tools_warm_start(
         f"warm start: {steps} supervised steps → {accuracy:.0%} greedy accuracy, "
         f"{calls:.0%} tool calls on the dev split"
     )
-    return {"steps": steps, "probe_accuracy": accuracy, "probe_tool_calls": calls}
+    outcome = {"steps": steps, "probe_accuracy": accuracy, "probe_tool_calls": calls}
+    record_warm_start(base_dir, recipe, outcome)
+    return outcome
 
 
 def run_tools_demo(

@@ -1,8 +1,15 @@
-"""A short supervised warm start, so the "base" answers some problems right but far from all."""
+"""A short supervised warm start, so the "base" answers some problems right but far from all.
+
+A finished warm start is recorded next to the model it saved (``warm_start.json``: its
+recipe and its outcome); a demo run again in the same work directory reuses it when the
+recipe is the same, rather than training it again (delete ``base/`` to warm-start anew)."""
 
 from __future__ import annotations
 
+import json
 import random
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -69,3 +76,29 @@ def supervised_steps(
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses
+
+
+RECORD = "warm_start.json"
+
+
+def warm_start_recipe(demo: str, **settings: Any) -> dict[str, Any]:
+    """What makes a warm start what it is: the demo, its settings and the versions of grpo
+    and torch (another version may train to other weights)."""
+    return {"demo": demo, **settings, "grpo": version("grpo"), "torch": torch.__version__}
+
+
+def recorded_warm_start(base_dir: Path, recipe: dict[str, Any]) -> dict[str, Any] | None:
+    """The outcome of the warm start saved in ``base_dir`` when ``recipe`` made it, else None."""
+    try:
+        record = json.loads((base_dir / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("recipe") != recipe or not (base_dir / "model.safetensors").is_file():
+        return None
+    return record["outcome"]
+
+
+def record_warm_start(base_dir: Path, recipe: dict[str, Any], outcome: dict[str, Any]) -> None:
+    """Write down, next to the model it saved, how a warm start was made and what it gave."""
+    record = {"recipe": recipe, "outcome": outcome}
+    (base_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n")
