@@ -98,11 +98,7 @@ def warm_start(
         lr=1e-3,
     )
     if (done := recorded_warm_start(base_dir, recipe)) is not None:
-        say(
-            f"warm start: reused from {base_dir} ({done['steps']} supervised steps → "
-            f"{done['probe_accuracy']:.0%} greedy accuracy on the dev split; delete it to "
-            "warm-start again)"
-        )
+        say(f"warm start: reused from {base_dir} ({done['probe_accuracy']:.0%} on the dev split)")
         return done
     model = build_tiny_llama(tokenizer, hidden_size=128, layers=4, heads=4, seed=0)
     steps, accuracy = 0, 0.0
@@ -123,8 +119,7 @@ def warm_start(
 
 
 def demo_warm_start(base_dir: Path, say: Callable[[str], None] = print) -> dict:
-    """The demo's warm start alone, into ``base_dir`` (or the one recorded there): what
-    :func:`run_demo` starts with, for a later run to reuse."""
+    """The demo's warm start alone, into ``base_dir``, for a later :func:`run_demo` to reuse."""
     torch.manual_seed(0)
     tokenizer = build_char_tokenizer()
     train_rows, dev_rows, _ = demo_splits()
