@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -221,7 +220,7 @@ def trained_run_dir(
 
 
 @pytest.fixture
-def gloo_jobs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+def gloo_jobs(tmp_path: Path) -> SimpleNamespace:
     """Real ``grpo train`` jobs in 1 process or under ``torchrun`` (gloo on CPU), run in
     tmp_path (its modules importable), and their comparison: the 2-processes-equal-1 tests
     of plain training and of agents share it.
@@ -231,14 +230,7 @@ def gloo_jobs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Simpl
     call as ``{dump}.{RANK}``. ``steps(name, processes)``: per call (one per step or round),
     each key's lists joined over the ranks in rank order: the whole batch's rows.
     ``assert_same_run(one, two)``: the same metrics (times aside, rel 1e-5) and final
-    weights within 1e-5; returns the first run's metrics.
-
-    One ``torchrun`` job at a time across the test run's workers (a file lock): two
-    2-process jobs launched at once on 2 cores, beside the other worker's tests, once both
-    sat past the 300 s limit at start-up, and a job of 2 processes already fills 2 cores."""
-    from filelock import FileLock
-
-    torchrun_lock = FileLock(str(run_shared_dir(tmp_path_factory) / "torchrun.lock"))
+    weights within 1e-5; returns the first run's metrics."""
 
     def run(processes: int, name: str, config: Path, *overrides: str) -> CompletedProcess:
         env = {
@@ -256,18 +248,14 @@ def gloo_jobs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Simpl
                 *("--nproc_per_node", str(processes), "-m", "grpo"),
             ]
         command = [*launcher, "train", str(config), f"--train.run_dir={tmp_path / name}"]
-        if processes > 1:
-            # A collective that waits on a stuck rank fails with where, before the limit.
-            command.append(f"--distributed.timeout_s={JOB_TIMEOUT_S // 2}")
-        with torchrun_lock if processes > 1 else contextlib.nullcontext():
-            return subprocess.run(
-                [*command, *overrides],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=tmp_path,
-                timeout=JOB_TIMEOUT_S,
-            )
+        return subprocess.run(
+            [*command, *overrides],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=JOB_TIMEOUT_S,
+        )
 
     def steps(name: str, processes: int) -> list[dict[str, list[Any]]]:
         per_rank = [

@@ -60,22 +60,24 @@ def _child(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-RELOAD = """
+# One child (an interpreter and its imports cost seconds): the folder reloads, then
+# `grpo eval` runs on it.
+RELOAD_THEN_EVAL = """
 import json, sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-print(json.dumps({
+print("reloaded", json.dumps({
     "tied": model.lm_head.weight is model.model.embed_tokens.weight,
     "dtypes": sorted({str(p.dtype) for p in model.parameters()}),
     "tokens": [tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token],
     "ids": [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id],
     "template": bool(tokenizer.chat_template),
     "generation_eos": model.generation_config.eos_token_id,
-}))
+}), flush=True)
+from grpo.cli.main import main
+raise SystemExit(main(sys.argv[2:]))
 """
-
-EVAL = "from grpo.cli.main import main; raise SystemExit(main(sys.argv[1:]))"
 
 
 def test_one_grpo_step_then_a_plain_folder_that_loads_and_evaluates_without_gguf(
@@ -134,9 +136,17 @@ def test_one_grpo_step_then_a_plain_folder_that_loads_and_evaluates_without_gguf
     assert all(torch.equal(tensor, trained[name]) for name, tensor in weights.items())
     assert {t.dtype for t in weights.values()} == {torch.bfloat16}
 
-    reloaded = _child(RELOAD, str(final), cwd=tmp_path)
-    assert reloaded.returncode == 0, reloaded.stderr
-    assert json.loads(reloaded.stdout.splitlines()[-1]) == {
+    report = tmp_path / "eval.json"
+    child = _child(
+        RELOAD_THEN_EVAL,
+        str(final),
+        *("eval", str(final), str(data), "--max-new-tokens", "8", "--json", str(report)),
+        "--data.chat_template=true",
+        cwd=tmp_path,
+    )
+    assert child.returncode == 0, child.stderr
+    reloaded = next(line for line in child.stdout.splitlines() if line.startswith("reloaded "))
+    assert json.loads(reloaded.removeprefix("reloaded ")) == {
         "tied": True,
         "dtypes": ["torch.bfloat16"],
         "tokens": ["<|im_start|>", "<|im_end|>", "<|im_end|>"],
@@ -144,12 +154,4 @@ def test_one_grpo_step_then_a_plain_folder_that_loads_and_evaluates_without_gguf
         "template": True,
         "generation_eos": 2,
     }
-    report = tmp_path / "eval.json"
-    evaluated = _child(
-        EVAL,
-        *("eval", str(final), str(data), "--max-new-tokens", "8", "--json", str(report)),
-        "--data.chat_template=true",
-        cwd=tmp_path,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(report.read_text())["prompts"] == 2

@@ -280,6 +280,18 @@ REFILLING = (
 )
 
 
+def test_a_torchrun_process_keeps_what_holds_its_group_until_it_exits() -> None:
+    # Freed while gloo's worker thread still drops the last collective, the group's
+    # destructor deadlocks on the GIL (Dist.close): under torchrun nothing holding it is freed.
+    from grpo.training.runtime import distributed
+
+    holder, other = object(), object()
+    distributed.Dist(rank=1, world_size=2).close(holder)
+    distributed.Dist().close(other)  # one process: no group, nothing kept
+    assert holder in distributed._HELD_UNTIL_EXIT and other not in distributed._HELD_UNTIL_EXIT
+    distributed._HELD_UNTIL_EXIT.remove(holder)
+
+
 @pytest.mark.slow
 def test_dynamic_sampling_with_two_processes_trains_as_one(job) -> None:
     # 3 prompts × 2 = 6 rows per round, 3 per process, prompt 1's group split between them.

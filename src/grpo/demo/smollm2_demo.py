@@ -33,7 +33,10 @@ from grpo.demo.smollm2_task import KINDS, make_smollm2_splits
 from grpo.demo.task import write_splits
 from grpo.models.loading import load_reference, load_tokenizer, pick_device
 
-QUICK = ["train.steps=2", "eval.every=0", "eval.path=", "train.log_every=1"]
+QUICK = [
+    *("train.steps=2", "train.prompts_per_step=2", "train.log_every=1"),
+    *("eval.every=0", "eval.path="),
+]
 
 
 def run_smollm2_demo(
@@ -44,8 +47,8 @@ def run_smollm2_demo(
     say: Callable[[str], None] = print,
 ) -> dict:
     """Run the whole demo in ``work_dir``; returns accuracies before and after, and timings.
-    ``quick``: two steps, and the test split cut to 2 questions of each kind, to check the
-    path."""
+    ``quick``: two steps of two prompts, and the test split cut to 2 questions of each
+    kind, to check the path."""
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
     config_path, test_path, kinds = write_task(work_dir, fetch_smollm2_gguf(), quick, say)

@@ -97,7 +97,7 @@ def train(
             run.feeder.close()  # no worker outlives the run: normal end, error or Ctrl-C
         if lock is not None:
             lock.release()
-        dist.close()
+        dist.close(run)
 
 
 def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:

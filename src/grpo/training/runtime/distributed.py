@@ -120,10 +120,24 @@ class Dist:
         if self.enabled:
             torch.distributed.barrier()
 
-    def close(self) -> None:
+    def close(self, *holders: Any) -> None:
+        """Leave the process group; under torchrun, keep ``holders`` (what holds the group:
+        the DDP or FSDP model) alive until the process exits.
+
+        Freeing the last holder of a gloo group runs its destructor, which joins gloo's
+        worker thread while this thread holds the GIL. When that worker is still dropping
+        the last collective's tensors, it waits for the GIL: a deadlock, with the other
+        rank already gone (DDP's Reducer freed as ``train`` returned; seen in the test
+        suite's 2-process jobs on 2 busy cores). Kept, the group is never destroyed in a
+        running interpreter; ``grpo train`` ends a torchrun process with ``os._exit``."""
+        if self.enabled:
+            _HELD_UNTIL_EXIT.extend(holders)
         if self.owns_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
             self.owns_group = False
+
+
+_HELD_UNTIL_EXIT: list[Any] = []  # Dist.close: holders of a gloo group, never freed
 
 
 def init_distributed(
