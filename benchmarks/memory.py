@@ -12,7 +12,7 @@ What is measured, per process:
 - CUDA (``--device cuda``): ``torch.cuda.max_memory_allocated`` (tensors only; the CUDA
   context and allocator cache are not in it), so the baseline is 0.
 
-The planner (:func:`grpo.cli.memory.plan_memory`) is given the same model config, fp32 AdamW,
+The planner (:func:`grpo.models.memory.plan_memory`) is given the same model config, fp32 AdamW,
 the reference loaded (β > 0), no reward model (the reward is a Python function), the
 micro-batch (sequences × (prompt + new tokens)) and ``critic_update="separate"``, which is
 how grpo's PPO runs (the policy's gradients are freed before the critic's backward).
@@ -148,8 +148,8 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[int, int]:
 
 def predicted(args: argparse.Namespace, work: Path, longest_prompt: int) -> dict[int, object]:
     """The planner's plans for full fine-tuning (0) and LoRA (16), as the runs are configured."""
-    from grpo.cli.architecture import architecture_from_config
-    from grpo.cli.memory import plan_memory
+    from grpo.models.architecture import architecture_from_config
+    from grpo.models.memory import plan_memory
 
     architecture = architecture_from_config(str(work / "model"))
     return {

@@ -1,12 +1,11 @@
-"""The package's shape: layers import only downwards, no import cycles, small files and
-functions. Each check reads the source (ast), so it costs nothing at run time."""
+"""The package's shape: layers import only downwards and no import cycles. Each check reads
+the source (ast), so it costs nothing at run time. Sizes are guidance, not a check: a
+function is as long as reading it in one piece needs (docs/development.md)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-
-import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "grpo"
 
@@ -30,8 +29,6 @@ LAYERS = (
     "cli",
 )
 FACADES = {"grpo", "grpo.__main__"}  # the public names and `python -m grpo`: above all layers
-MAX_FILE_LINES = 330
-MAX_FUNCTION_LINES = 65
 
 
 def _module_name(path: Path) -> str:
@@ -130,16 +127,6 @@ def test_no_import_cycles() -> None:
     graph = {m: targets - {"grpo"} for m, targets in graph.items()}  # the facade is lazy
     cycle = _cycle(graph)
     assert cycle is None, " → ".join(cycle or [])
-
-
-@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
-def test_files_and_functions_are_small(path: Path) -> None:
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_FILE_LINES, f"{path.name}: {lines} lines"
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            length = node.end_lineno - node.lineno + 1
-            assert length <= MAX_FUNCTION_LINES, f"{path.name}: {node.name} is {length} lines"
 
 
 # Inside grpo.training: the composers build the run and drive the step; the stages each

@@ -44,9 +44,9 @@ def group_advantages(
 
     ``rewards_NG`` holds N groups of G completions' rewards; the result has the same shape.
 
-    - ``"group"`` (the seeds): A_i = (r_i − r̄) / (σ + eps), with r̄ the group mean and
-      σ = sqrt(1/G · Σ_j (r_j − r̄)²) the *population* standard deviation (ddof = 0,
-      dividing by G as the seeds write it; TRL uses ddof = 1).
+    - ``"group"`` (GRPO, Shao et al. 2024, DeepSeekMath): A_i = (r_i − r̄) / (σ + eps), with
+      r̄ the group mean and σ = sqrt(1/G · Σ_j (r_j − r̄)²) the *population* standard
+      deviation (ddof = 0, dividing by G as Shao et al. write it; TRL uses ddof = 1).
     - ``"none"`` (Dr. GRPO, Liu et al. 2025): A_i = r_i − r̄, centred only.
     - ``"batch"``: A_i = (r_i − r̄) / (σ_batch + eps), the group mean with σ taken over all
       N·G rewards of the batch (population σ).
@@ -57,7 +57,7 @@ def group_advantages(
     ``zero_variance_N`` passes in :func:`~grpo.algo.groups.zero_variance_groups` when the
     caller already has it.
 
-    Example (the seeds' worked case, G = 8 and 4 correct):
+    Example (binary rewards, G = 8 and 4 correct):
         >>> group_advantages(torch.tensor([[1.0, 1, 1, 1, 0, 0, 0, 0]]))  # ±0.5 / (0.5 + 1e-4)
         tensor([[ 0.9998,  0.9998,  0.9998,  0.9998, -0.9998, -0.9998, -0.9998, -0.9998]])
     """

@@ -17,7 +17,7 @@ def zero_variance_groups(rewards_NG: torch.Tensor) -> torch.Tensor:
     """Which groups carry no learning signal: every reward in the group is equal.
 
     Such a group has advantage 0 for all of its completions, hence no policy gradient
-    (the seeds: "a group with no variance provides no useful learning signal"), so the
+    (DAPO, Yu et al. 2025, filters such groups out for the same reason), so the
     trainer drops it before the loss and counts it.
 
     Example:

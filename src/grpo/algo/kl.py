@@ -22,7 +22,7 @@ def kl_penalty(
 
     The trainer aggregates the result exactly like the policy term and adds β·KL to the loss.
     k3's gradient is not the gradient of the true KL (verl notes this too); it is the
-    estimator the seeds' source paper uses.
+    estimator Shao et al. (2024, DeepSeekMath, eq. 4) use.
 
     Example:
         >>> kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2))

@@ -21,7 +21,7 @@ def aggregate(
 ) -> torch.Tensor:
     """Reduce per-token values to one scalar; ``mask_BT`` is 1 for tokens to keep.
 
-    - ``"sequence"`` (GRPO, the seeds' 1/|y_i|): (1/B) Σ_i (1/|y_i|) Σ_t v_it.
+    - ``"sequence"`` (GRPO's 1/|y_i|, Shao et al. 2024): (1/B) Σ_i (1/|y_i|) Σ_t v_it.
     - ``"token"`` (DAPO, Yu et al. 2025): Σ_it v_it / Σ_it m_it.
     - ``"constant"`` (Dr. GRPO, Liu et al. 2025): Σ_it v_it / (B · T), T the max length.
 

@@ -1,4 +1,4 @@
-"""``grpo memory``: the planner of :mod:`grpo.cli.memory` as a command (table or JSON)."""
+"""``grpo memory``: the planner of :mod:`grpo.models.memory` as a command (table or JSON)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import sys
 from typing import get_args
 
-from grpo.cli.architecture import architecture_from_config
 from grpo.cli.common import Commands
-from grpo.cli.memory import CriticUpdate, MemoryPlan, Optimizer, Precision, plan_memory
+from grpo.models.architecture import architecture_from_config
+from grpo.models.memory import CriticUpdate, MemoryPlan, Optimizer, Precision, plan_memory
 
 
 def _count(text: str) -> int:

@@ -122,7 +122,7 @@ class AlgorithmConfig:
     advantage_eps: float = 1e-4  # eps in the advantage's denominator
     clip_low: float = 0.2  # the ratio is clipped below at 1 − clip_low
     clip_high: float = 0.2  # … and above at 1 + clip_high (> clip_low: DAPO's clip-higher)
-    # sequence: 1/|y_i| per completion (the seeds) | token: DAPO | constant: Dr. GRPO
+    # sequence: 1/|y_i| per completion (GRPO, Shao et al. 2024) | token: DAPO | constant: Dr. GRPO
     aggregation: Literal["sequence", "token", "constant"] = "sequence"
     beta: float = 0.04  # KL weight; 0 = no reference model is loaded at all
     kl_kind: Literal["k1", "k2", "k3"] = "k3"  # the per-token KL estimator (see grpo.algo.kl)

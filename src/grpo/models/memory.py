@@ -1,16 +1,16 @@
 """Training-memory planner: what GRPO and PPO hold in memory, row by row (pure arithmetic).
 
-The seeds' worked example (a 7B policy, mixed-precision Adam): a trained model carries
-16 bytes per parameter, 7e9 × 16 = 112 GB; the frozen reference and reward model 2 bytes
-per parameter, 14 GB each. PPO trains the policy and a critic of the same size:
-2 × 112 + 2 × 14 = 252 GB. GRPO trains only the policy: 112 + 28 = 140 GB. The saving is
-112 GB = 44.4 % of PPO's footprint, a factor of 1.8::
+A 7B policy under mixed-precision Adam (the accounting of ZeRO, Rajbhandari et al. 2020):
+a trained model carries 16 bytes per parameter, 7e9 × 16 = 112 GB; the frozen reference
+and reward model 2 bytes per parameter, 14 GB each. PPO trains the policy and a critic of
+the same size: 2 × 112 + 2 × 14 = 252 GB. GRPO trains only the policy: 112 + 28 = 140 GB.
+The saving is 112 GB = 44.4 % of PPO's footprint, a factor of 1.8::
 
     >>> plan = plan_memory(7_000_000_000, precision="mixed", reward_model=True)
     >>> round(plan.grpo_total / 1e9), round(plan.ppo_total / 1e9), round(plan.saving_fraction, 3)
     (140, 252, 0.444)
 
-Only :func:`grpo.cli.architecture.architecture_from_config` reads anything (a local
+Only :func:`grpo.models.architecture.architecture_from_config` reads anything (a local
 config.json); everything here is arithmetic on its arguments. The assumptions are listed in
 ``MemoryPlan.assumptions``.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from grpo.cli.architecture import Architecture
+from grpo.models.architecture import Architecture
 
 Precision = Literal["fp32", "bf16", "mixed"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd"]
@@ -122,13 +122,13 @@ def plan_memory(
     - Trained parameter: weights + gradient + optimizer states; mixed = 2 + 2 + (4 master +
       4 + 4 Adam moments) = 16 bytes, fp32 = 4 + 4 + 8 = 16, bf16 = 2 + 2 + 4 = 8.
     - Frozen model (reference, reward model, LoRA base): weights only, 4 bytes fp32, else 2.
-      The reward model is assumed the policy's size (the seeds' assumption).
+      The reward model is assumed the policy's size (the usual RLHF set-up).
     - PPO's critic is the policy's architecture with a scalar head, counted as the policy's
       size, trained like it (LoRA: its own frozen base plus adapters).
     - LoRA (``lora_rank`` > 0): adapters on every linear layer but the LM head; the reference
       is the base with adapters disabled, so it costs nothing extra.
     - ``critic_update``: "joint" = policy and critic gradients live together (one backward
-      through both, the usual PPO, the seeds' accounting); "separate" = each model takes its
+      through both, the usual PPO, and the 252 GB above); "separate" = each model takes its
       step and frees its gradients before the other's backward (grpo's PPO), so only the
       larger gradient set is live at once.
 

@@ -1,7 +1,7 @@
 """Signs of learned reasoning in completions, counted (pure; no model).
 
-The seeds report that an RL-trained model "allocated reasoning effort adaptively,
-producing longer thinking traces for harder problems" and learned to re-check itself.
+DeepSeek-R1 (DeepSeek-AI 2025) reports that a model trained with GRPO alone spent longer
+thinking on harder problems and learned to re-check itself.
 These functions turn that into numbers per completion and per step:
 
 - the thinking length: characters inside ``<think>…</think>`` (to the end when the block is
