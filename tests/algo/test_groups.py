@@ -50,3 +50,9 @@ def test_a_given_zero_variance_mask_gives_the_same_advantages() -> None:
     expected = 0.5 / (0.5 + 1e-4)
     assert given[0].tolist() == pytest.approx([expected, -expected], rel=1e-7)
     assert given[1].tolist() == [0.0, 0.0]  # exactly
+
+
+def test_first_groups_keeps_the_configured_number() -> None:
+    informative = torch.tensor([False, True, True, False, True, True])
+    assert first_groups(informative, 3).tolist() == [False, True, True, False, True, False]
+    assert first_groups(informative, 10).tolist() == informative.tolist()

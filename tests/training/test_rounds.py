@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo.algo.groups import Groups, first_groups
-from grpo.algo.rows import process_major
+from grpo.algo.groups import Groups
 from grpo.rewards.runner import RewardScores
 from grpo.rollout.engine import Rollout, concat_rollouts
 from grpo.training.rounds import (
@@ -35,12 +34,6 @@ def _round(rewards_NG: list[list[float]], skip: list[bool] | None = None) -> Rou
     groups = Groups.of(rewards, skip_B, group_size)
     texts = [""] * rows
     return Round(list(range(len(rewards_NG))), rollout, texts, texts, scores, results, groups)
-
-
-def test_first_groups_keeps_the_configured_number() -> None:
-    informative = torch.tensor([False, True, True, False, True, True])
-    assert first_groups(informative, 3).tolist() == [False, True, True, False, True, False]
-    assert first_groups(informative, 10).tolist() == informative.tolist()
 
 
 def test_refills_until_enough_informative_groups() -> None:
@@ -92,11 +85,3 @@ def test_rounds_merge_with_padding() -> None:
     assert rollout.completion_mask_BT.tolist() == [[1, 1, 1]] * 2 + [[1, 0, 0]] * 2
     assert rollout.sampler_logp_BT[2:].tolist() == [[-0.5, 0.0, 0.0]] * 2
     assert concat_rollouts([first.rollout], 0) is first.rollout
-
-
-def test_process_major_puts_each_process_rows_together() -> None:
-    # 3 rounds of 4 rows over 2 processes: process 0 holds rows 0–1, 4–5, 8–9.
-    order = process_major(torch.arange(12), rounds=3, world_size=2)
-    assert order[:6].tolist() == [0, 1, 4, 5, 8, 9]
-    assert order[6:].tolist() == [2, 3, 6, 7, 10, 11]
-    assert torch.equal(process_major(torch.arange(6), rounds=3, world_size=1), torch.arange(6))
