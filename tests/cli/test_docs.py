@@ -56,7 +56,8 @@ def test_reference_rows_are_built_from_types_defaults_and_comments() -> None:
         '| `data.answer_format` | `"plain"` \\| `"gsm8k"` \\| `"math"` | `"plain"` | reduce the '
         "`answer` column to its final answer" in reference
     )
-    assert "| `algorithm.advantage_eps` | number | `0.0001` | eps in the" in reference
+    assert "| `algorithm.advantage_eps` | number, ≥ 0 | `0.0001` | eps in the" in reference
+    assert "| `rollout.top_p` | number, in (0, 1] | `1` | nucleus sampling" in reference
     assert '| `model.lora_target_modules` | list of strings | `["all-linear"]` |' in reference
 
 

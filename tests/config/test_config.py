@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 
-from grpo.config import ConfigError, load_config
+from grpo.config import Config, ConfigError, load_config
+from grpo.config.sections import Bound, above, at_least, within
+from grpo.config.validation import range_rules
 
 BASE = [
     "model.path='m'",
@@ -114,3 +119,44 @@ ASYNC = "rollout.mode='async'"
 )
 def test_async_rollout_mistakes_name_the_key(overrides, start) -> None:
     assert _error(*overrides).startswith(start)
+
+
+def _bounded_fields() -> list[tuple[str, type, Bound]]:
+    fields = []
+    for section in dataclasses.fields(Config):
+        section_type = typing.get_type_hints(Config)[section.name]
+        if dataclasses.is_dataclass(section_type):
+            hints = typing.get_type_hints(section_type, include_extras=True)
+            for field in dataclasses.fields(section_type):
+                for bound in getattr(hints[field.name], "__metadata__", ()):
+                    if isinstance(bound, Bound):
+                        key = f"{section.name}.{field.name}"
+                        fields.append((key, typing.get_args(hints[field.name])[0], bound))
+    return fields
+
+
+@pytest.mark.parametrize(
+    ("key", "kind", "bound"), _bounded_fields(), ids=[key for key, *_ in _bounded_fields()]
+)
+def test_each_range_beside_its_field_is_checked_at_both_ends(key, kind, bound) -> None:
+    """Just outside the range is the one-line error "KEY must be …"; a closed end is inside."""
+    step = 1 if kind is int else 0.5
+    outside = [bound.low if bound.open_low else bound.low - step]
+    inside = [] if bound.open_low else [bound.low]
+    if bound.high is not None:
+        outside.append(bound.high if bound.open_high else bound.high + step)
+        inside += [] if bound.open_high else [bound.high]
+    for value in outside:
+        assert _error(f"{key}={value}") == f"{key} must be {bound}"
+    for value in inside:
+        try:
+            load_config(None, [*BASE, f"{key}={value}"])
+        except ConfigError as error:  # another rule may object (group_size = 1), not this one
+            assert not str(error).startswith(f"{key} must be"), str(error)
+
+
+def test_ranges_are_written_beside_their_fields() -> None:
+    assert len(_bounded_fields()) == len(range_rules()) == 62
+    assert str(at_least(1)) == "≥ 1" and str(above(0)) == "> 0"
+    assert str(within(0, 1, open_high=True)) == "in [0, 1)"
+    assert within(0, 1, open_low=True).holds(1) and not within(0, 1, open_low=True).holds(0)

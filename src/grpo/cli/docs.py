@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grpo.config import Config
+from grpo.config.sections import Bound
 from grpo.log.metric_glossary import MEANINGS
 from grpo.log.metric_table import METRICS, metric
 
@@ -89,13 +90,17 @@ def _default(field: dataclasses.Field) -> Any:
 
 def _section_table(cls: type, prefix: str) -> list[str]:
     hints = typing.get_type_hints(cls)
+    annotated = typing.get_type_hints(cls, include_extras=True)
     docs = field_docs(cls)
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(cls):
         meaning = docs.get(field.name, "").replace("|", "\\|")
+        ranges = [
+            m for m in getattr(annotated[field.name], "__metadata__", ()) if isinstance(m, Bound)
+        ]
+        kind = ", ".join([_type_name(hints[field.name]), *map(str, ranges)])
         rows.append(
-            f"| `{prefix}{field.name}` | {_type_name(hints[field.name])} | "
-            f"`{_toml_value(_default(field))}` | {meaning} |"
+            f"| `{prefix}{field.name}` | {kind} | `{_toml_value(_default(field))}` | {meaning} |"
         )
     return rows
 

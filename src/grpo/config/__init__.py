@@ -4,9 +4,10 @@ An unknown key or a value of the wrong type or range is a :class:`ConfigError` n
 key. The config is never mutated after loading; sizes derived from it live in
 :class:`BatchPlan`.
 
-The sections are in :mod:`grpo.config.sections`, reading and coercion in
-:mod:`grpo.config.loading`, range checks in :mod:`grpo.config.validation` and the step
-sizes in :mod:`grpo.config.plan`; everything is importable from here.
+The sections are in :mod:`grpo.config.sections` (each numeric field's range beside it),
+reading and coercion in :mod:`grpo.config.loading`, the checks in
+:mod:`grpo.config.validation` and the step sizes in :mod:`grpo.config.plan`; everything is
+importable from here.
 """
 
 from grpo.config.errors import ConfigError

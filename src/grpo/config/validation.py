@@ -1,22 +1,23 @@
-"""Range checks that types cannot express; each error names its key.
+"""The checks that types cannot express; each error names its key.
 
-The checks are one table, :data:`RULES`, in the order they are reported. Most lines of it are
-a numeric range on one dotted key, ``KEY ≥ N``, ``KEY > N`` or ``KEY in [LO, HI]`` (either end
-open with ``(`` or ``)``), and the error is the line itself: ``"KEY must be ≥ N"``. A line
-``@name`` stands for one of the few rules that look at several keys at once, written out in
-:data:`CROSS_FIELD`. Every rule is evaluated before the first failing one raises, so a config
-with several mistakes always reports the same one first.
+A numeric field's range is written beside the field, as a :class:`~grpo.config.sections.Bound`
+in its annotation (``Annotated[int, at_least(1)]``), and its error is ``"KEY must be ≥ 1"``.
+The rules that look at several keys at once are :data:`CROSS_FIELD`. The ranges are checked
+in the order the fields are declared, then the cross-field rules, then each [[rewards]]
+table; every rule is evaluated before the first failing one raises, so a config with
+several mistakes always reports the same one first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import operator
-import re
+import typing
 from collections.abc import Callable
 from typing import NamedTuple
 
 from grpo.config.errors import ConfigError
-from grpo.config.sections import Config
+from grpo.config.sections import Bound, Config
 
 
 class Rule(NamedTuple):
@@ -126,126 +127,28 @@ CROSS_FIELD: dict[str, Rule] = {
     ),
 }
 
-# One rule a line, in check order (train.completions_every stands among the eval rules:
-# that is where it has always been reported, which keeps a many-mistake config's first error).
-_TABLE = """
-    @model_path
-    @train_path
-    @column_map
-    data.max_prompt_tokens ≥ 1
-    @group_of_one
-    rollout.group_size ≥ 1
-    ppo.gamma in [0, 1]
-    ppo.lam in [0, 1]
-    ppo.value_clip ≥ 0
-    ppo.critic_lr > 0
-    @ppo_resume
-    rollout.max_new_tokens ≥ 1
-    rollout.temperature > 0
-    rollout.top_p in (0, 1]
-    rollout.top_k ≥ 0
-    rollout.max_sequences_per_batch ≥ 1
-    algorithm.advantage_eps ≥ 0
-    algorithm.clip_low in [0, 1)
-    algorithm.clip_high ≥ 0
-    algorithm.beta ≥ 0
-    algorithm.inner_iterations ≥ 1
-    algorithm.max_generation_rounds ≥ 1
-    @dynamic_sampling_ppo
-    @gspo_grpo
-    algorithm.sequence_clip_low in [0, 1)
-    algorithm.sequence_clip_high ≥ 0
-    algorithm.entropy_coef ≥ 0
-    algorithm.sampler_is_cap > 0
-    algorithm.sampler_mask_low ≥ 0
-    @mask_band
-    algorithm.sampler_geo_low ≥ 0
-    @geo_band
-    algorithm.overlong_buffer ≥ 0
-    @overlong_buffer
-    algorithm.overlong_penalty ≥ 0
-    curriculum.strength ≥ 0
-    curriculum.prior_successes > 0
-    curriculum.prior_failures > 0
-    @pool_column
-    curriculum.length_buckets ≥ 1
-    curriculum.max_prior_weight > 0
-    curriculum.prescreen_threshold in [0, 1)
-    curriculum.exploration in [0, 1]
-    curriculum.half_life_steps ≥ 0
-    @rewards_present
-    optim.lr > 0
-    optim.max_grad_norm ≥ 0
-    optim.warmup_steps ≥ 0
-    train.steps ≥ 1
-    train.prompts_per_step ≥ 1
-    train.sequences_per_micro_batch ≥ 1
-    train.log_every ≥ 1
-    train.threads ≥ 0
-    train.save_every ≥ 0
-    train.keep_checkpoints ≥ 1
-    train.max_consecutive_skips ≥ 1
-    eval.every ≥ 0
-    train.completions_every ≥ 0
-    eval.max_new_tokens ≥ 0
-    @eval_reward
-    model.lora_rank ≥ 0
-    rollout.vllm_gpu_memory_utilization in (0, 1]
-    rollout.vllm_max_model_len ≥ 0
-    distributed.timeout_s > 0
-    agent.max_turns ≥ 1
-    agent.max_tool_response_tokens ≥ 1
-    agent.tool_timeout_s ≥ 0
-    agent.env_timeout_s ≥ 0
-    agent.tool_workers ≥ 1
-    rollout.workers ≥ 1
-    rollout.max_staleness ≥ 0
-    rollout.sync_every ≥ 1
-    @sync_every
-    rollout.worker_threads ≥ 1
-    rollout.worker_timeout_s > 0
-    rollout.max_worker_restarts ≥ 0
-    @async_fsdp
-    @async_vllm
-    @async_ppo
-    @off_policy_sync
-    @off_policy_gspo
-"""
 
-_BOUND = {"≥": operator.ge, ">": operator.gt}
-_INTERVAL = re.compile(r"in ([\[(])([\d.]+), ([\d.]+)([\])])")
+def range_rules() -> tuple[Rule, ...]:
+    """A rule for each field declared with a :class:`Bound`, in declaration order."""
+    rules = []
+    for section in dataclasses.fields(Config):
+        section_type = typing.get_type_hints(Config)[section.name]
+        if not dataclasses.is_dataclass(section_type):
+            continue  # [[rewards]]: checked table by table below
+        hints = typing.get_type_hints(section_type, include_extras=True)
+        for field in dataclasses.fields(section_type):
+            for bound in getattr(hints[field.name], "__metadata__", ()):
+                if isinstance(bound, Bound):
+                    rules.append(_range_rule(f"{section.name}.{field.name}", bound))
+    return tuple(rules)
 
 
-def _range_rule(row: str) -> Rule:
-    """The rule of one ``KEY ≥ N`` / ``KEY > N`` / ``KEY in [LO, HI]`` line of the table."""
-    key, range_ = row.split(" ", 1)
+def _range_rule(key: str, bound: Bound) -> Rule:
     get = operator.attrgetter(key)
-    message = f"{key} must be {range_}"
-    symbol, _, number = range_.partition(" ")
-    if symbol in _BOUND:
-        compare, bound = _BOUND[symbol], _number(number)
-        return Rule(lambda c: compare(get(c), bound), message)
-    interval = _INTERVAL.fullmatch(range_)
-    if interval is None:
-        raise ValueError(f"not a range: {row!r}")
-    opening, low, high, closing = interval.groups()
-    above_low = operator.le if opening == "[" else operator.lt
-    below_high = operator.le if closing == "]" else operator.lt
-    lo, hi = _number(low), _number(high)
-    return Rule(lambda c: above_low(lo, get(c)) and below_high(get(c), hi), message)
+    return Rule(lambda c: bound.holds(get(c)), f"{key} must be {bound}")
 
 
-def _number(text: str) -> int | float:
-    return int(text) if text.isdigit() else float(text)
-
-
-def _parse(table: str) -> tuple[Rule, ...]:
-    """The table's rules in order: ``@name`` lines from :data:`CROSS_FIELD`, the rest ranges."""
-    rows = [row.strip() for row in table.splitlines() if row.strip()]
-    return tuple(CROSS_FIELD[row[1:]] if row[0] == "@" else _range_rule(row) for row in rows)
-
-
-RULES: tuple[Rule, ...] = _parse(_TABLE)
+RULES: tuple[Rule, ...] = (*range_rules(), *CROSS_FIELD.values())
 
 
 def validate(config: Config) -> None:
