@@ -8,7 +8,7 @@ import typing
 import pytest
 
 from grpo.config import Config, ConfigError, load_config
-from grpo.config.sections import Bound, above, at_least, within
+from grpo.config.sections import Bound, above, at_least, field_bounds, within
 from grpo.config.validation import range_rules
 
 BASE = [
@@ -122,17 +122,13 @@ def test_async_rollout_mistakes_name_the_key(overrides, start) -> None:
 
 
 def _bounded_fields() -> list[tuple[str, type, Bound]]:
-    fields = []
-    for section in dataclasses.fields(Config):
-        section_type = typing.get_type_hints(Config)[section.name]
-        if dataclasses.is_dataclass(section_type):
-            hints = typing.get_type_hints(section_type, include_extras=True)
-            for field in dataclasses.fields(section_type):
-                for bound in getattr(hints[field.name], "__metadata__", ()):
-                    if isinstance(bound, Bound):
-                        key = f"{section.name}.{field.name}"
-                        fields.append((key, typing.get_args(hints[field.name])[0], bound))
-    return fields
+    sections = typing.get_type_hints(Config)
+    return [
+        (f"{section.name}.{name}", typing.get_type_hints(sections[section.name])[name], bound)
+        for section in dataclasses.fields(Config)
+        if dataclasses.is_dataclass(sections[section.name])
+        for name, bound in field_bounds(sections[section.name]).items()
+    ]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grpo.config import Config
-from grpo.config.sections import Bound
+from grpo.config.sections import field_bounds
 from grpo.log.metric_glossary import MEANINGS
 from grpo.log.metric_table import METRICS, metric
 
@@ -90,15 +90,13 @@ def _default(field: dataclasses.Field) -> Any:
 
 def _section_table(cls: type, prefix: str) -> list[str]:
     hints = typing.get_type_hints(cls)
-    annotated = typing.get_type_hints(cls, include_extras=True)
+    bounds = field_bounds(cls)
     docs = field_docs(cls)
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(cls):
         meaning = docs.get(field.name, "").replace("|", "\\|")
-        ranges = [
-            m for m in getattr(annotated[field.name], "__metadata__", ()) if isinstance(m, Bound)
-        ]
-        kind = ", ".join([_type_name(hints[field.name]), *map(str, ranges)])
+        bound = bounds.get(field.name)
+        kind = _type_name(hints[field.name]) + (f", {bound}" if bound else "")
         rows.append(
             f"| `{prefix}{field.name}` | {kind} | `{_toml_value(_default(field))}` | {meaning} |"
         )

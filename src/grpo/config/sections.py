@@ -9,8 +9,8 @@ checks every one when a config loads, with the rules that span several fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, Literal, get_type_hints
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,18 @@ def above(low: float) -> Bound:
 
 def within(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> Bound:
     return Bound(low, high, open_low, open_high)
+
+
+def field_bounds(section: type) -> dict[str, Bound]:
+    """Each field of the ``section`` dataclass declared with a :class:`Bound`, by name, in
+    declaration order."""
+    hints = get_type_hints(section, include_extras=True)
+    return {
+        field.name: bound
+        for field in fields(section)
+        for bound in getattr(hints[field.name], "__metadata__", ())
+        if isinstance(bound, Bound)
+    }
 
 
 # train.self_correction_phrases' default: what a model says when it re-checks its work.

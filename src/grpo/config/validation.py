@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from grpo.config.errors import ConfigError
-from grpo.config.sections import Bound, Config
+from grpo.config.sections import Bound, Config, field_bounds
 
 
 class Rule(NamedTuple):
@@ -130,17 +130,13 @@ CROSS_FIELD: dict[str, Rule] = {
 
 def range_rules() -> tuple[Rule, ...]:
     """A rule for each field declared with a :class:`Bound`, in declaration order."""
-    rules = []
-    for section in dataclasses.fields(Config):
-        section_type = typing.get_type_hints(Config)[section.name]
-        if not dataclasses.is_dataclass(section_type):
-            continue  # [[rewards]]: checked table by table below
-        hints = typing.get_type_hints(section_type, include_extras=True)
-        for field in dataclasses.fields(section_type):
-            for bound in getattr(hints[field.name], "__metadata__", ()):
-                if isinstance(bound, Bound):
-                    rules.append(_range_rule(f"{section.name}.{field.name}", bound))
-    return tuple(rules)
+    sections = typing.get_type_hints(Config)
+    return tuple(
+        _range_rule(f"{section.name}.{name}", bound)
+        for section in dataclasses.fields(Config)
+        if dataclasses.is_dataclass(sections[section.name])  # not [[rewards]]: checked below
+        for name, bound in field_bounds(sections[section.name]).items()
+    )
 
 
 def _range_rule(key: str, bound: Bound) -> Rule:
