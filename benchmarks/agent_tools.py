@@ -25,7 +25,7 @@ from typing import Any
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import parse_xml_json
 from grpo.agents.python_tool import python
-from grpo.agents.replies import Row
+from grpo.agents.replies import TurnState
 from grpo.agents.settings import AgentSettings
 from grpo.agents.tools import tool_schema
 from grpo.demo.tokenizer import build_char_tokenizer
@@ -49,7 +49,7 @@ def _turn(tool: str, row: int, nap_s: float) -> str:
 def seconds_per_turn(tool: str, rows: int, workers: int, isolation: str, nap_s: float) -> float:
     """Seconds to answer one turn of ``rows`` rows that each call ``tool`` once."""
     from grpo.agents.replies import reply_to_turn
-    from grpo.agents.rollout import ERROR_KINDS
+    from grpo.agents.trajectories import ERROR_KINDS
 
     tokenizer = build_char_tokenizer(alphabet=[chr(c) for c in range(32, 127)] + ["\n"])
     tools = {"nap": nap, "python": python}
@@ -62,7 +62,7 @@ def seconds_per_turn(tool: str, rows: int, workers: int, isolation: str, nap_s: 
         tool_workers=workers,
         tool_isolation=isolation,
     )
-    states = [Row(Trajectory([]), [], [], None, f"row {r}") for r in range(rows)]
+    states = [TurnState(Trajectory([]), [], [], None, f"row {r}") for r in range(rows)]
     texts = [_turn(tool, r, nap_s) for r in range(rows)]
     counts = dict.fromkeys((*ERROR_KINDS, "seconds"), 0.0)
     started = time.perf_counter()

@@ -210,10 +210,10 @@ def exit_on_sigterm() -> None:
 
 
 def ray_unavailable() -> str | None:
-    """Why ``rollout.backend = "ray"`` cannot run here, or None: ``grpo.training.ray_pool``
+    """Why ``rollout.backend = "ray"`` cannot run here, or None: ``grpo.rounds.workers.ray_pool``
     must import in a fresh interpreter."""
     probe = subprocess.run(
-        [sys.executable, "-c", "import grpo.training.ray_pool"],
+        [sys.executable, "-c", "import grpo.rounds.workers.ray_pool"],
         capture_output=True,
         text=True,
         env=child_env(1),
@@ -221,7 +221,7 @@ def ray_unavailable() -> str | None:
     if probe.returncode == 0:
         return None
     lines = (probe.stderr or probe.stdout).strip().splitlines()
-    return f"import grpo.training.ray_pool failed: {lines[-1] if lines else probe.returncode}"
+    return f"import grpo.rounds.workers.ray_pool failed: {lines[-1] if lines else probe.returncode}"
 
 
 def _total(rows: list[dict[str, Any]], *keys: str) -> float:

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo.training.runtime.checkpoint import CHECKPOINTS, LATEST, verify_checkpoint
+from grpo.runtime.checkpoint import CHECKPOINTS, LATEST, verify_checkpoint
 
 TIMING = ("time/", "/seconds")
 

@@ -87,9 +87,9 @@ def child(args: argparse.Namespace) -> None:
 
     import grpo.training.loop
     from grpo.config import load_config
+    from grpo.data.dataset import load_dataset_for
     from grpo.models.loading import load_tokenizer
     from grpo.rewards.runner import RewardFunction
-    from grpo.training.setup import load_dataset_for
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

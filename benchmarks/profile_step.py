@@ -137,7 +137,7 @@ def rollout_marks() -> list[tuple[Any, str, str]]:
     from grpo.rollout.hf_engine import TransformersEngine
 
     marks = [
-        (TransformersEngine, "generate", "rollout"),
+        (TransformersEngine, "generate_rows", "rollout"),
         (hf_engine, "prefill_prompts", "prefill"),
         (hf_engine, "next_token", "sampling"),
         (cache_utils.DynamicCache, "update", "KV cache update"),
@@ -221,20 +221,20 @@ def classify_step(marks: list[str], op: str) -> str:
 
 
 def step_marks() -> list[tuple[Any, str, str]]:
-    import grpo.training.generate as generate_module
+    import grpo.rounds.source as source_module
     import grpo.training.loop as loop
     import grpo.training.update.policy as policy_module
     from grpo.log.metrics import MetricsLog
     from grpo.rollout.hf_engine import TransformersEngine
-    from grpo.training.producers import SingleTurn
+    from grpo.rounds.producers import SingleTurn
 
     return [
         (loop, "_step", "step"),
-        (TransformersEngine, "generate", "rollout"),
+        (TransformersEngine, "generate_rows", "rollout"),
         (SingleTurn, "produce", "rollout and decode to text"),
-        (generate_module, "score_completions", "rewards"),
-        (generate_module, "text_features", "text features"),
-        (generate_module, "assemble_round", "gather, groups"),
+        (source_module, "score_completions", "rewards"),
+        (source_module, "text_features", "text features"),
+        (source_module, "assemble_round", "gather, groups"),
         (loop, "select_groups", "advantages, selection"),
         (loop, "record_step", "curriculum statistics"),
         (loop, "learn", "update"),
@@ -253,7 +253,7 @@ def trl_overrides(directory: Path, prompt_tokens: int) -> list[str]:
     """trl_compare's grpo settings on its model and prompts, built in ``directory``."""
     from trl_compare import build_model_dir, write_prompts
 
-    import grpo.training.engines as engines_module
+    import grpo.rounds.engines as engines_module
 
     build_model_dir(directory, vocab=32000, max_positions=1024)
     write_prompts(directory / "prompts.jsonl", 32000, prompt_tokens)

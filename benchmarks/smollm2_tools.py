@@ -31,8 +31,8 @@ import torch
 
 from grpo.agents.chat import ChatFormat, tools_header
 from grpo.agents.parser import ToolCall, parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import argument_problem, tool_schema
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.demo.smollm2 import fetch_smollm2_gguf
 from grpo.demo.tools_task import final_answer, make_tool_splits, mul
 from grpo.models.loading import eos_token_ids, load_reference, load_tokenizer
@@ -74,7 +74,7 @@ def measure(
     generator = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
     with torch.no_grad():
-        result = agent_rollout(
+        result = run_trajectories(
             engine, rows, samples, params, generator, range(len(rows) * samples), settings
         )
     seconds = time.perf_counter() - started

@@ -106,7 +106,7 @@ class PhaseClock:
 
 
 def run_grpo(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
-    import grpo.training.engines as engines_module
+    import grpo.rounds.engines as engines_module
     import grpo.training.loop as trainer_module
     import grpo.training.update.policy as update_module
     from grpo.config import load_config

@@ -22,7 +22,9 @@ LAYERS = (
     "agents",
     "eval",
     "log",
-    "training.runtime",
+    "runtime",
+    "rounds",
+    "rounds.workers",
     "training.update",
     "training",
     "demo",
@@ -59,7 +61,7 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 # Rooms: sub-packages that are layers of their own inside a package, in LAYERS' order.
-ROOMS = {"training": ("runtime", "update")}
+ROOMS = {"rounds": ("workers",), "training": ("update",)}
 
 
 def _layer(module: str) -> str:
@@ -118,8 +120,8 @@ def test_the_layer_rule_is_checked_for_real() -> None:
     assert "grpo.algo.groups" in _graph()["grpo.algo.advantages"]
     assert _layer("grpo.training.update.policy") == "training.update"
     assert _layer("grpo.training.loop") == "training"
-    assert _is_stage_level("grpo.training.loop") and not _is_stage_level("grpo.training.update")
-    assert not _is_stage_level("grpo.training.update.policy") and not _is_stage_level("grpo")
+    assert _layer("grpo.rounds.workers.feeder") == "rounds.workers"
+    assert _layer("grpo.rounds.source") == "rounds"
 
 
 def test_no_import_cycles() -> None:
@@ -129,41 +131,21 @@ def test_no_import_cycles() -> None:
     assert cycle is None, " → ".join(cycle or [])
 
 
-# Inside grpo.training: the composers build the run and drive the step; the stages each
-# do one part of it and share only the run's types, so a stage can be read, tested and
-# moved (the async producer) without the others.
-# A rollout worker builds its producer as set-up does, and the pools start workers: composers.
-COMPOSERS = {
-    *("loop", "setup", "setup_learner", "setup_rollouts", "setup_async", "engines"),
-    *("rollout_worker", "local_pool", "ray_pool"),
-}
-RUN_TYPES = {"state", "rounds", "producers", "worker_pool"}
+# The composition layer builds a run from the config: the loop, set-up itself and the
+# commands. Nothing below it (the rollout workers, ``grpo eval``'s engine, the update)
+# reaches into set-up; what they share is built in grpo.rounds.build and grpo.models.loading.
+COMPOSITION = ("grpo.training.loop", "grpo.training.setup", "grpo.cli.", "grpo.demo.")
 
 
-def _is_stage_level(module: str) -> bool:
-    parts = module.split(".")
-    return len(parts) == 3 and parts[1] == "training" and _layer(module) == "training"
-
-
-def _stage_imports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Each module directly in grpo.training and the siblings (not rooms) it imports."""
-    return {
-        module.split(".")[2]: {t.split(".")[2] for t in targets if _is_stage_level(t)}
-        for module, targets in graph.items()
-        if _is_stage_level(module)
-    }
-
-
-def test_a_stage_imports_no_other_stage() -> None:
-    stages = _stage_imports(_graph())
+def test_only_the_composition_layer_imports_set_up() -> None:
     wrong = [
-        f"grpo.training.{name} imports grpo.training.{target}"
-        for name, targets in stages.items()
-        if name not in COMPOSERS
-        for target in sorted(targets - RUN_TYPES)
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module not in FACADES and not module.startswith(COMPOSITION)
+        for target in targets
+        if target.startswith("grpo.training.setup")
     ]
-    assert not wrong, "\n".join(wrong) + "\n(stages share only state, rounds and producers)"
-    assert {"generate", "learn", "saving"} <= set(stages) and "loop" in stages
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_docs_show_every_package_in_layer_order() -> None:

@@ -216,14 +216,14 @@ def test_chat_template_renders_the_agent_conversation(templated_model_dir, tmp_p
 
     from grpo.agents.tools import tool_schema
     from grpo.config import batch_plan
+    from grpo.runtime.distributed import Dist
     from grpo.training.loop import train
-    from grpo.training.runtime.distributed import Dist
     from grpo.training.setup import set_up
 
     config = _template_config(templated_model_dir, tmp_path)
     run = set_up(config, batch_plan(config, 1), Dist(), torch.device("cpu"), None, False)
     assert run.dataset.prompts[:2] == ["Say 00", "Say 11"]
-    produced = run.rollouts.producer.produce([0, 1], 2, slice(0, 4))
+    produced = run.maker.producer.produce([0, 1], 2, slice(0, 4))
     tokenizer = AutoTokenizer.from_pretrained(templated_model_dir)
     for row, prompt in enumerate(["Say 00", "Say 00", "Say 11", "Say 11"]):
         messages = [

@@ -19,10 +19,10 @@ import torch
 
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import tool_schema
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.rollout.engine import SamplingParams
-from grpo.training.step_metrics import reduce_over_processes
+from grpo.training.loop import reduce_over_processes
 
 from .conftest import ascii_tokenizer
 from .helpers import Echo
@@ -176,7 +176,7 @@ def test_a_block_of_rows_rolls_out_as_in_the_whole_batch(ascii_model_dir) -> Non
 
     def rollout(rows: range):
         generator = torch.Generator().manual_seed(5)
-        return agent_rollout(engine, records, 2, params, generator, rows, settings)
+        return run_trajectories(engine, records, 2, params, generator, rows, settings)
 
     whole = rollout(range(6))
     assert whole.metrics["agent/turns/mean"] > 1
@@ -217,7 +217,7 @@ def test_agent_metrics_of_two_blocks_reduce_to_the_whole_batch() -> None:
     params = SamplingParams(temperature=0.0, max_new_tokens=80)
 
     def rollout(rows: range):
-        return agent_rollout(PromptScripted(tokenizer), records, 2, params, None, rows, settings)
+        return run_trajectories(PromptScripted(tokenizer), records, 2, params, None, rows, settings)
 
     whole, blocks = rollout(range(6)), [rollout(range(0, 3)), rollout(range(3, 6))]
     dist = SimpleNamespace(

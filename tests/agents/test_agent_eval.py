@@ -19,8 +19,8 @@ import torch
 
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentSettings
 from grpo.agents.tools import tool_schema
+from grpo.agents.trajectories import AgentSettings
 from grpo.eval.evaluate import evaluate_model
 from grpo.rewards.runner import RewardFunction
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grpo.rollout.turns import Trajectory, TurnOutput, assemble_trajectories
-from grpo.training.rounds import RowResults, model_turn_lengths
+from grpo.rounds.source import RowResults, model_turn_lengths
 
 
 def _trajectory(turns: list[int], inserted: list[int]) -> Trajectory:
@@ -89,15 +89,14 @@ def test_a_produced_multi_turn_round_is_shaped_by_its_longest_model_turn(
 
     from grpo.agents.chat import ChatFormat
     from grpo.agents.parser import parse_xml_json
-    from grpo.agents.rollout import AgentSettings
     from grpo.agents.tools import tool_schema
+    from grpo.agents.trajectories import AgentSettings
     from grpo.data.dataset import PromptDataset
     from grpo.rewards.runner import RewardFunction
     from grpo.rollout.engine import SamplingParams
-    from grpo.training.generate import assemble_round, produce_and_score
-    from grpo.training.producers import MultiTurn
-    from grpo.training.runtime.distributed import Dist
-    from grpo.training.state import Rollouts
+    from grpo.rounds.producers import MultiTurn
+    from grpo.rounds.source import RoundMaker, assemble_round, produce_and_score
+    from grpo.runtime.distributed import Dist
 
     from .conftest import ScriptedEngine, ascii_tokenizer
     from .test_agent_training import add
@@ -117,7 +116,7 @@ def test_a_produced_multi_turn_round_is_shaped_by_its_longest_model_turn(
     dataset = PromptDataset("inline", ["1+2?"], [tokenizer("1+2?")["input_ids"]], {})
     producer = MultiTurn(engine, SamplingParams(max_new_tokens=80), None, dataset, settings)
     rewards = [RewardFunction(name="zero", fn=lambda prompts, completions, **_: [0.0] * 2)]
-    rollouts = Rollouts(
+    rollouts = RoundMaker(
         producer, engine, torch.Generator(), rewards, None, 0, 80, 16, 1.0
     )  # max_new_tokens 80, overlong_buffer 16, overlong_penalty 1
     seconds = {"rollout": 0.0, "reward": 0.0}

@@ -12,7 +12,7 @@ import pytest
 
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.rollout.engine import SamplingParams
 
 from .conftest import ScriptedEngine
@@ -83,7 +83,7 @@ def test_earlier_turns_stay_as_sampled_where_the_template_would_strip_them(
     engine = ScriptedEngine(qwen3_style, model, [THINKING + "408", "408"])
     settings = AgentSettings(chat=ChatFormat(qwen3_style, []), environment=Echo, max_turns=2)
     params = SamplingParams(temperature=0.0, max_new_tokens=64)
-    result = agent_rollout(engine, [{"prompt": "12*34?"}], 1, params, None, range(1), settings)
+    result = run_trajectories(engine, [{"prompt": "12*34?"}], 1, params, None, range(1), settings)
     rollout = result.rollout
     prompt = rollout.prompt_ids_BP[0][rollout.prompt_mask_BP[0].bool()].tolist()
     ids = rollout.completion_ids_BT[0][rollout.attention_mask_BT[0].bool()].tolist()
@@ -123,6 +123,6 @@ def test_tool_calls_in_a_qwen3_style_conversation_parse_from_the_sampled_text(
         chat=ChatFormat(qwen3_style, []), tools={"mul": mul}, parser=parse_xml_json, max_turns=2
     )
     params = SamplingParams(temperature=0.0, max_new_tokens=64)
-    result = agent_rollout(engine, [{"prompt": "12*34?"}], 1, params, None, range(1), settings)
+    result = run_trajectories(engine, [{"prompt": "12*34?"}], 1, params, None, range(1), settings)
     assert [m["content"] for m in result.conversations[0]][1:] == [THINKING + CALL, "408", "408"]
     assert result.metrics["agent/tool_call_frac"] == 1.0

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentRollout, AgentSettings, agent_rollout
+from grpo.agents.trajectories import AgentSettings, TrajectoryBlock, run_trajectories
 from grpo.demo.tools_task import mul
 from grpo.rollout.engine import RolloutRequest, SamplingParams
 from grpo.rollout.hf_engine import TransformersEngine
@@ -72,7 +72,7 @@ def _rollout(
     stop_strings: tuple[str, ...] = (),
     max_new_tokens: int = 48,
     engine: Any = None,
-) -> AgentRollout:
+) -> TrajectoryBlock:
     """Greedy rollouts of both scripts' prompts, G = 2 each, with the mul tool, 2 turns."""
     engine = engine or TransformersEngine(
         model,
@@ -88,10 +88,10 @@ def _rollout(
         temperature=0.0, max_new_tokens=max_new_tokens, stop_strings=stop_strings
     )
     rows = range(len(records) * GROUP)
-    return agent_rollout(engine, records, GROUP, params, None, rows, settings)
+    return run_trajectories(engine, records, GROUP, params, None, rows, settings)
 
 
-def _row(result: AgentRollout, row: int) -> tuple[list[int], list[int], list[int]]:
+def _row(result: TrajectoryBlock, row: int) -> tuple[list[int], list[int], list[int]]:
     """(prompt ids, completion ids, model mask) of a row, padding left out."""
     rollout = result.rollout
     prompt = rollout.prompt_ids_BP[row][rollout.prompt_mask_BP[row].bool()].tolist()
@@ -296,7 +296,7 @@ def test_smollm2_itself_samples_two_turns_on_exact_tokens(
     records = [{"prompt": "Say hello in one word."}, {"prompt": "What is 12*34? Just the number."}]
     params = SamplingParams(temperature=1.0, max_new_tokens=32)
     generator = torch.Generator().manual_seed(0)
-    result = agent_rollout(spy, records, 2, params, generator, range(4), settings)
+    result = run_trajectories(spy, records, 2, params, generator, range(4), settings)
     assert len(spy.calls) == 2  # some row ended its first turn and was answered
     expected: dict[int, list[int]] = {row: [] for row in range(4)}
     for rows, inserted, outputs, _ in spy.calls:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from grpo.agents.chat import ChatFormat
-from grpo.agents.rollout import AgentSettings, agent_rollout
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.algo.kl import kl_penalty
 from grpo.algo.losses import aggregate, policy_loss
 from grpo.models.logprobs import completion_logprobs
@@ -22,7 +22,7 @@ def _three_turns(model_dir):
     engine, model, tokenizer = tiny_engine(model_dir)
     spy = Spy(engine)
     settings = AgentSettings(chat=ChatFormat(tokenizer, []), environment=Echo, max_turns=3)
-    result = agent_rollout(
+    result = run_trajectories(
         spy, RECORDS, 2, PARAMS, torch.Generator().manual_seed(3), range(4), settings
     )
     return result, spy, model, tokenizer

@@ -20,8 +20,8 @@ import torch
 from grpo.agents.call_pool import Call, CallTimeout, hung_threads, run_calls
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import tool_schema
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.rollout.engine import SamplingParams
 
 from .conftest import ScriptedEngine, ascii_tokenizer
@@ -86,7 +86,7 @@ def _rollout(workers: int) -> Any:
     records = [{"prompt": f"#{n}", "seed": n} for n in range(8)]
     engine = CallsThenTalks(tokenizer, [])
     params = SamplingParams(temperature=0.0, max_new_tokens=80)
-    return agent_rollout(engine, records, 1, params, None, range(8), settings)
+    return run_trajectories(engine, records, 1, params, None, range(8), settings)
 
 
 def test_the_same_trajectories_whatever_the_pool_size() -> None:
@@ -194,7 +194,7 @@ def test_a_long_error_text_is_cut_to_the_budget_and_counted() -> None:
     call = '<tool_call>{"name": "raise_long", "arguments": {"n": 40}}</tool_call>'
     engine = CpuScripted(tokenizer, [call, "done"])
     params = SamplingParams(max_new_tokens=80)
-    result = agent_rollout(engine, [{"prompt": "go"}], 1, params, None, range(1), settings)
+    result = run_trajectories(engine, [{"prompt": "go"}], 1, params, None, range(1), settings)
     assert result.conversations[0][2]["content"] == "erro [cut]"
     assert result.metrics["agent/raised/errors"] == 1
     assert result.metrics["agent/too_long/errors"] == 1

@@ -14,8 +14,8 @@ import torch
 from grpo.agents.calls import execute_call
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import ToolCall, parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import tool_schema
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.rollout.engine import SamplingParams
 
 from .conftest import ScriptedEngine, ascii_tokenizer
@@ -157,7 +157,7 @@ def test_the_model_reads_the_error_and_it_is_counted(ascii_model_dir) -> None:
         max_turns=2,
         max_tool_response_tokens=200,
     )
-    result = agent_rollout(
+    result = run_trajectories(
         engine, [{"prompt": "12*18?"}], 1, SamplingParams(max_new_tokens=200), None,
         range(1), settings,
     )  # fmt: skip

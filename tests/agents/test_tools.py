@@ -11,8 +11,8 @@ import torch
 from grpo.agents.calls import execute_call
 from grpo.agents.chat import ChatFormat
 from grpo.agents.parser import ParseFailure, ToolCall, parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
 from grpo.agents.tools import resolve_tools, tool_schema
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.rollout.engine import SamplingParams
 
 from .conftest import ScriptedEngine, ascii_tokenizer
@@ -125,9 +125,8 @@ def test_bad_calls_are_answered_counted_and_trained_on(ascii_model_dir) -> None:
     from transformers import AutoModelForCausalLM
 
     from grpo.algo.objective import Objective
-    from grpo.training.runtime.optim import Optimization
-    from grpo.training.update.batch import TrainBatch
-    from grpo.training.update.policy import policy_update
+    from grpo.runtime.optim import Optimization
+    from grpo.training.update.policy import TrainBatch, policy_update
 
     tokenizer = ascii_tokenizer()
     model = AutoModelForCausalLM.from_pretrained(ascii_model_dir)
@@ -141,7 +140,7 @@ def test_bad_calls_are_answered_counted_and_trained_on(ascii_model_dir) -> None:
         tool_timeout_s=0.5,
     )
     params = SamplingParams(max_new_tokens=400)
-    result = agent_rollout(engine, [{"prompt": "2+3?"}], 2, params, None, range(2), settings)
+    result = run_trajectories(engine, [{"prompt": "2+3?"}], 2, params, None, range(2), settings)
     RELEASE.set()
     metrics = result.metrics
     expected = {"malformed_json": 2, "unknown_tool": 2, "wrong_arguments": 4, "raised": 2}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.demo.model import build_tiny_llama
 from grpo.demo.tools_task import build_tools_tokenizer, call_text, mul, tools_chat, trace_ids
 from grpo.rollout.engine import SamplingParams
@@ -22,7 +22,7 @@ def test_a_warm_start_trace_equals_the_rollout_of_the_same_turns() -> None:
     )
     row = {"prompt": "47*38", "answer": "1786"}
     params = SamplingParams(max_new_tokens=48)
-    result = agent_rollout(engine, [row], 1, params, None, range(1), settings)
+    result = run_trajectories(engine, [row], 1, params, None, range(1), settings)
     rollout = result.rollout
     real = rollout.real_mask_BT[0].bool()
     prompt = rollout.prompt_ids_BP[0][rollout.prompt_mask_BP[0].bool()]

@@ -92,7 +92,7 @@ def test_value_loss_micro_batches_add_up_with_the_batch_token_count() -> None:
 
 def test_policy_loss_and_micro_batches_take_per_token_advantages() -> None:
     from grpo.algo.losses import policy_loss
-    from grpo.training.update.batch import TrainBatch
+    from grpo.training.update.policy import TrainBatch
 
     zeros, mask = torch.zeros(1, 3), torch.tensor([[1, 1, 0]])
     loss, _ = policy_loss(zeros, zeros, torch.tensor([[1.0, 3.0, 50.0]]), mask, aggregation="token")

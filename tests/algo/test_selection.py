@@ -8,7 +8,7 @@ import torch
 from grpo.algo.groups import Groups
 from grpo.algo.selection import select_groups
 from grpo.rollout.engine import Rollout
-from grpo.training.update.batch import TrainBatch
+from grpo.training.update.policy import TrainBatch
 
 
 def _groups(rewards: list[float], skip: list[bool] | None = None) -> Groups:

@@ -121,7 +121,7 @@ def test_report_summary_and_table() -> None:
 
 
 def test_the_environment_reward_is_the_accuracy_when_alone_or_asked() -> None:
-    from grpo.agents.rollout import ENVIRONMENT_REWARD
+    from grpo.agents.trajectories import ENVIRONMENT_REWARD
     from grpo.config import AgentConfig, ConfigError
     from grpo.eval.evaluate import correctness_reward, run_accuracy_reward
     from grpo.rewards import numeric_answer

@@ -10,6 +10,8 @@ its log-probabilities equal within float tolerance (different reduction order).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -121,7 +123,8 @@ def test_the_engine_loop_equals_the_plain_loop_with_ended_rows_leaving(
     with torch.no_grad():
         plain = _plain_loop(engine, request, noise_BT)
     sizes = _forward_batch_sizes(engine)
-    ours = engine._generate_chunk(request, 0, 24, noise_BT)
+    seeded = dataclasses.replace(request, generator=torch.Generator().manual_seed(3))
+    ours = engine.generate_rows(seeded)  # its noise is noise_BT: the same seed
     width = ours.completion_ids_BT.shape[1]
     assert width == plain["ids"].shape[1]
     assert torch.equal(ours.completion_ids_BT, plain["ids"])
@@ -147,9 +150,8 @@ def test_stop_strings_are_looked_for_every_8_tokens(tiny_model_dir) -> None:
     decode = engine.decode
     engine.decode = lambda ids: calls.append(len(ids)) or decode(ids)
     params = SamplingParams(temperature=1.0, max_new_tokens=24, stop_strings=("7",))
-    request = RolloutRequest(prompts, 6, params, None, 0, 24)
-    noise_BT = sampling_noise(24, 24, torch.Generator().manual_seed(3), torch.device("cpu"))
-    ours = engine._generate_chunk(request, 0, 24, noise_BT)
+    request = RolloutRequest(prompts, 6, params, torch.Generator().manual_seed(3), 0, 24)
+    ours = engine.generate_rows(request)
     stopped = int(ours.stopped_B.sum())
     assert 0 < stopped < 24
     # 3 looks (after tokens 8, 16, 24) at the rows still open, plus up to 8 prefixes to find

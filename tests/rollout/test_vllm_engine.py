@@ -230,7 +230,7 @@ def test_the_trainer_builds_vllm_from_the_config_values(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo.config import load_config
-    from grpo.training.engines import rollout_engine
+    from grpo.rounds.engines import rollout_engine
 
     config = load_config(
         None,
@@ -252,7 +252,7 @@ def test_the_trainer_builds_vllm_from_the_config_values(
     )
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    engine = rollout_engine(config, policy, tokenizer, SimpleNamespace(fsdp=False))
+    engine = rollout_engine(config, policy, tokenizer)
     arguments = _FakeLLM.instances[-1].arguments
     assert arguments["model"] == arguments["tokenizer"] == str(tiny_model_dir)
     assert arguments["max_model_len"] == 100 + 3 * (20 + 50 + 64)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from grpo.agents.chat import ChatFormat
-from grpo.agents.rollout import AgentSettings, agent_rollout
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.models.logprobs import completion_logprobs
 from grpo.rollout.engine import RolloutRequest, SamplingParams
 from tests.agents.helpers import Echo
@@ -109,7 +109,7 @@ def _vllm_engine(install_vllm, model_dir: Any, tokenizer: Any):
 def _roll(engine: Any, tokenizer: Any, params: SamplingParams, rows: range, seed: int = 3):
     settings = AgentSettings(chat=ChatFormat(tokenizer, []), environment=Echo, max_turns=3)
     generator = torch.Generator().manual_seed(seed)
-    return agent_rollout(engine, RECORDS, 2, params, generator, rows, settings)
+    return run_trajectories(engine, RECORDS, 2, params, generator, rows, settings)
 
 
 def _trainer_logprobs(policy: Any, rollout: Any) -> tuple[torch.Tensor, torch.Tensor]:

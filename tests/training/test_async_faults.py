@@ -14,10 +14,10 @@ import torch
 
 from grpo.config import load_config
 from grpo.models.weight_sync import weights_to_sync
-from grpo.training.local_pool import LocalPool
-from grpo.training.rollout_worker import WorkerSpec
-from grpo.training.rounds import Request, Result
-from grpo.training.worker_pool import RolloutWorkerError
+from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult
+from grpo.rounds.workers.local_pool import LocalPool
+from grpo.rounds.workers.pool import WorkerError
+from grpo.rounds.workers.worker import WorkerSpec
 
 
 def _spec(model_dir, train_path, run_dir) -> WorkerSpec:
@@ -58,12 +58,12 @@ def weights(tiny_model_dir) -> dict[str, torch.Tensor]:
     return weights_to_sync(AutoModelForCausalLM.from_pretrained(tiny_model_dir), full=True)
 
 
-def _request(number: int) -> Request:
-    return Request(number, step=1, indices=[0, 1], group_size=4, rows=slice(0, 8), noise=5)
+def _request(number: int) -> ChunkRequest:
+    return ChunkRequest(number, step=1, indices=[0, 1], group_size=4, rows=slice(0, 8), noise=5)
 
 
-def _answers(pool: LocalPool, numbers: set[int], timeout_s: float = 120) -> list[Result]:
-    results: list[Result] = []
+def _answers(pool: LocalPool, numbers: set[int], timeout_s: float = 120) -> list[ChunkResult]:
+    results: list[ChunkResult] = []
     deadline = time.monotonic() + timeout_s
     while {r.request.number for r in results} != numbers:
         assert time.monotonic() < deadline, "the pool never answered"
@@ -144,7 +144,7 @@ def test_a_hung_worker_past_its_restarts_fails_loudly(spec, weights) -> None:
         os.kill(pool.pids()[0], signal.SIGSTOP)
         pool.submit(0, _request(1))
         started = time.monotonic()
-        with pytest.raises(RolloutWorkerError, match=r"rollout worker 0 sent no heartbeat"):
+        with pytest.raises(WorkerError, match=r"rollout worker 0 sent no heartbeat"):
             _answers(pool, {1})
         assert time.monotonic() - started < 30
     finally:

@@ -11,11 +11,10 @@ import torch
 from safetensors.torch import load_file
 
 from grpo.config import load_config
-from grpo.models.loading import load_policy
+from grpo.models.loading import load_policy, trainable_spec
 from grpo.models.weight_sync import sync_bytes, weights_to_sync
+from grpo.rounds.workers.worker import WorkerSpec, build_worker, load_weights
 from grpo.training.loop import train
-from grpo.training.rollout_worker import WorkerSpec, build_worker, load_weights
-from grpo.training.setup_learner import trainable_spec
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 from grpo.config import load_config
+from grpo.runtime.checkpoint import latest_checkpoint, read_extra
 from grpo.training.loop import train
-from grpo.training.runtime.checkpoint import latest_checkpoint, read_extra
 
 
 def _config(model: Path, data: Path, run_dir: Path, *extra: str):

@@ -20,7 +20,7 @@ import torch
 
 from grpo.config import ConfigError, load_config
 from grpo.rewards.runner import RewardFunction
-from grpo.training.runtime.checkpoint import (
+from grpo.runtime.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -28,7 +28,7 @@ from grpo.training.runtime.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from grpo.training.runtime.resume import clean_leftovers, rewind_logs
+from grpo.runtime.resume import clean_leftovers, rewind_logs
 
 STEPS = 4
 

@@ -176,7 +176,7 @@ def test_rank_0_takes_the_one_lock_of_the_job(job) -> None:
     locked by another process, every rank stops at once naming it (none waits)."""
     import os
 
-    from grpo.training.runtime.run_lock import acquire_run_lock
+    from grpo.runtime.run_lock import acquire_run_lock
 
     _ok(job(2, "locking", "--rewards=[{function='dist_rewards:lock_holder'}]"))
     for step in job.jobs.steps("locking", 2):
@@ -283,7 +283,7 @@ REFILLING = (
 def test_a_torchrun_process_keeps_what_holds_its_group_until_it_exits() -> None:
     # Freed while gloo's worker thread still drops the last collective, the group's
     # destructor deadlocks on the GIL (Dist.close): under torchrun nothing holding it is freed.
-    from grpo.training.runtime import distributed
+    from grpo.runtime import distributed
 
     holder, other = object(), object()
     distributed.Dist(rank=1, world_size=2).close(holder)

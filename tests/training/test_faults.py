@@ -18,8 +18,8 @@ import pytest
 
 from grpo.config import load_config
 from grpo.rewards.runner import RewardFunction
-from grpo.training.runtime.checkpoint import verify_checkpoint
-from grpo.training.runtime.faults import GracefulStop, TrainingStopped
+from grpo.runtime.checkpoint import verify_checkpoint
+from grpo.runtime.faults import GracefulStop, TrainingStopped
 
 
 def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:

@@ -124,8 +124,8 @@ def test_uniform_sampling_reports_wasted_samples(
 def test_curriculum_run_saves_and_resumes_its_statistics(
     tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:
+    from grpo.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from grpo.training.loop import train
-    from grpo.training.runtime.checkpoint import latest_checkpoint, load_checkpoint
 
     rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
     options = ("curriculum.enabled=true", "curriculum.strength=2.0", "train.save_every=1")
@@ -178,8 +178,8 @@ def test_pooled_curriculum_checkpoints_its_recent_counts(
     tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:
     from grpo.data.prompt_stats import PromptStats
+    from grpo.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from grpo.training.loop import train
-    from grpo.training.runtime.checkpoint import latest_checkpoint, load_checkpoint
 
     rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
     options = (

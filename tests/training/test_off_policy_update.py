@@ -14,10 +14,9 @@ import torch
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
 from grpo.config import ConfigError, load_config
-from grpo.training.runtime.optim import Optimization
+from grpo.runtime.optim import Optimization
 from grpo.training.setup_learner import build_objective
-from grpo.training.update.batch import TrainBatch
-from grpo.training.update.policy import policy_update
+from grpo.training.update.policy import TrainBatch, policy_update
 
 BASE = [
     "model.path='unused'",

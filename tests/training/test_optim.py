@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from grpo.training.runtime.optim import adamw, adamw_kind
+from grpo.runtime.optim import adamw, adamw_kind
 
 
 def _parameters(seed: int) -> list[torch.nn.Parameter]:

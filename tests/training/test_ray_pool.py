@@ -34,15 +34,15 @@ from ray.exceptions import RayActorError  # noqa: E402
 from grpo.config import Config, load_config  # noqa: E402
 from grpo.models.weight_sync import weights_to_sync  # noqa: E402
 from grpo.rewards.runner import RewardError, RewardFunction  # noqa: E402
-from grpo.training.ray_pool import RayPool, actor_options, init_address  # noqa: E402
-from grpo.training.rollout_worker import (  # noqa: E402
+from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult  # noqa: E402
+from grpo.rounds.workers.pool import WorkerError  # noqa: E402
+from grpo.rounds.workers.ray_pool import RayPool, actor_options, init_address  # noqa: E402
+from grpo.rounds.workers.worker import (  # noqa: E402
     WorkerSpec,
     build_worker,
     load_weights,
     serve,
 )
-from grpo.training.rounds import Request, Result  # noqa: E402
-from grpo.training.worker_pool import RolloutWorkerError  # noqa: E402
 
 POLL_S = 300.0  # an actor's start (a fresh process importing torch) takes seconds here; on 2
 # cores shared with a CPU-bound process the first actor of a cluster took over 120 s
@@ -117,18 +117,22 @@ def weights(config: Config) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def expected(config: Config, weights: dict[str, torch.Tensor]) -> Callable[[Request], Result]:
+def expected(
+    config: Config, weights: dict[str, torch.Tensor]
+) -> Callable[[ChunkRequest], ChunkResult]:
     """What ``serve`` answers in this process, with ``weights`` as version 5."""
     state = build_worker(WorkerSpec(config, None, threads=1), 0)
     load_weights(state, weights, 5)
     return lambda request: serve(state, request)
 
 
-def request(number: int, indices: list[int], rows: slice, noise: torch.Tensor | int) -> Request:
-    return Request(number, step=0, indices=indices, group_size=4, rows=rows, noise=noise)
+def request(
+    number: int, indices: list[int], rows: slice, noise: torch.Tensor | int
+) -> ChunkRequest:
+    return ChunkRequest(number, step=0, indices=indices, group_size=4, rows=rows, noise=noise)
 
 
-def assert_same_rows(got: Result, want: Result, *, scores: bool = True) -> None:
+def assert_same_rows(got: ChunkResult, want: ChunkResult, *, scores: bool = True) -> None:
     for name in ("prompt_ids_BP", "prompt_mask_BP", "completion_ids_BT", "completion_mask_BT"):
         assert torch.equal(
             getattr(got.produced.rollout, name), getattr(want.produced.rollout, name)
@@ -141,8 +145,8 @@ def assert_same_rows(got: Result, want: Result, *, scores: bool = True) -> None:
         assert torch.equal(got.scores.total_B, want.scores.total_B)
 
 
-def poll_all(pool: RayPool, count: int) -> list[Result]:
-    results: list[Result] = []
+def poll_all(pool: RayPool, count: int) -> list[ChunkResult]:
+    results: list[ChunkResult] = []
     deadline = time.monotonic() + POLL_S
     while len(results) < count and time.monotonic() < deadline:
         results.extend(pool.poll(deadline - time.monotonic()))
@@ -173,9 +177,9 @@ def test_ray_address_follows_ray_init() -> None:
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    monkeypatch.delitem(sys.modules, "grpo.training.ray_pool")
+    monkeypatch.delitem(sys.modules, "grpo.rounds.workers.ray_pool")
     with pytest.raises(ImportError, match=r"pip install 'grpo\[ray\]'"):
-        importlib.import_module("grpo.training.ray_pool")
+        importlib.import_module("grpo.rounds.workers.ray_pool")
 
 
 def test_actors_spread_over_nodes_with_a_cpu_per_torch_thread(config: Config) -> None:
@@ -270,7 +274,7 @@ def test_too_many_restarts_fail_naming_the_worker(cluster, config, weights) -> N
         pool.nodes()
         time.sleep(1.0)  # in its reward's 30 s
         ray.kill(pool.actors()[0])
-        with pytest.raises(RolloutWorkerError, match=r"rollout worker 0 died on request 0") as e:
+        with pytest.raises(WorkerError, match=r"rollout worker 0 died on request 0") as e:
             poll_all(pool, 1)
         assert "rollout.max_worker_restarts = 0" in str(e.value)
     finally:
@@ -304,7 +308,7 @@ def test_a_hung_request_is_restarted_then_fails_past_the_limit(cluster, config, 
     try:
         pool.publish(weights, 5)
         pool.submit(0, request(0, [0, 1], slice(0, 8), noise=1234))
-        with pytest.raises(RolloutWorkerError, match=r"rollout worker 0 spent \d+ s on request 0"):
+        with pytest.raises(WorkerError, match=r"rollout worker 0 spent \d+ s on request 0"):
             poll_all(pool, 1)
         assert pool.restarts == 1
     finally:
@@ -314,14 +318,14 @@ def test_a_hung_request_is_restarted_then_fails_past_the_limit(cluster, config, 
 OWN_INSTANCE = """
 import sys, ray, torch
 from grpo.config import load_config
-from grpo.training.ray_pool import RayPool
-from grpo.training.rollout_worker import WorkerSpec
-from grpo.training.rounds import Request
+from grpo.rounds.workers.ray_pool import RayPool
+from grpo.rounds.workers.worker import WorkerSpec
+from grpo.rounds.workers.chunks import ChunkRequest
 
 config = load_config(None, sys.argv[1:])
 pool = RayPool(WorkerSpec(config, None, threads=1), 1, timeout_s=60, max_restarts=0)
 pool.publish({}, 0)
-pool.submit(0, Request(0, step=0, indices=[0], group_size=4, rows=slice(0, 4), noise=1))
+pool.submit(0, ChunkRequest(0, step=0, indices=[0], group_size=4, rows=slice(0, 4), noise=1))
 results = []
 while not results:
     results = pool.poll(60)
@@ -352,7 +356,7 @@ def test_a_pool_that_started_ray_shuts_it_down_and_keeps_worker_logs_quiet(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows 4\ninitialised after close False" in done.stdout
-    assert "RolloutActor pid=" not in done.stdout + done.stderr
+    assert "WorkerActor pid=" not in done.stdout + done.stderr
 
 
 @pytest.mark.slow

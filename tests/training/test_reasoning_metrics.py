@@ -7,10 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from grpo.rounds.source import RowResults, text_features
 from grpo.text.reasoning import phrase_pattern
-from grpo.training.generate import text_features
-from grpo.training.reasoning_metrics import reasoning_metrics
-from grpo.training.rounds import RowResults
+from grpo.training.loop import reasoning_metrics
 
 
 def test_text_features_per_completion() -> None:

@@ -8,7 +8,7 @@ import torch
 from grpo.algo.groups import Groups
 from grpo.rewards.runner import RewardScores
 from grpo.rollout.engine import Rollout, concat_rollouts
-from grpo.training.rounds import (
+from grpo.rounds.source import (
     Round,
     RowResults,
     merge_rounds,

@@ -1,13 +1,15 @@
 """The package docstring's convention for whose rows a name holds: under ``grpo.training``
-a value cut to this process's block (``[dist.rows(...)]`` or ``[local_rows]``) is bound to a
-``local_`` name, so the step's rows and this process's rows never share a name."""
+and ``grpo.rounds`` a value cut to this process's block (``[dist.rows(...)]`` or
+``[local_rows]``) is bound to a ``local_`` name, so the step's rows and this process's rows
+never share a name."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-TRAINING = Path(__file__).resolve().parents[2] / "src" / "grpo" / "training"
+SRC = Path(__file__).resolve().parents[2] / "src" / "grpo"
+CHECKED = (SRC / "training", SRC / "rounds")
 
 
 def _is_local_block(node: ast.AST) -> bool:
@@ -42,8 +44,9 @@ def test_the_rule_is_checked_for_real() -> None:
 
 def test_values_cut_to_this_process_have_local_names() -> None:
     wrong = [
-        f"{path.relative_to(TRAINING)} {where}"
-        for path in sorted(TRAINING.rglob("*.py"))
+        f"{path.relative_to(SRC)} {where}"
+        for package in CHECKED
+        for path in sorted(package.rglob("*.py"))
         for where in _misnamed(path.read_text())
     ]
     assert not wrong, "name these local_… (src/grpo/__init__.py, 'Whose rows'):\n" + "\n".join(

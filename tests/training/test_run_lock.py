@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo.training.runtime import run_lock
-from grpo.training.runtime.run_lock import LOCK_FILE, RunDirInUse, acquire_run_lock, read_holder
+from grpo.runtime import run_lock
+from grpo.runtime.run_lock import LOCK_FILE, RunDirInUse, acquire_run_lock, read_holder
 
 SLOW_REWARD = """
 import time
@@ -112,7 +112,7 @@ def test_the_lock_is_per_run_and_released(tmp_path) -> None:
 HOLDER_THAT_FORKS = """
 import os, signal, sys, time
 from pathlib import Path
-from grpo.training.runtime.run_lock import acquire_run_lock
+from grpo.runtime.run_lock import acquire_run_lock
 
 acquire_run_lock(Path(sys.argv[1]))
 child = os.fork()
@@ -182,7 +182,7 @@ def test_a_rollout_worker_is_given_no_path_into_the_run_directory(
     """Local worker processes and Ray actors build from a WorkerSpec: its config names no
     run directory, so what a worker produces reaches the run's files through the learner."""
     from grpo.config import load_config
-    from grpo.training.rollout_worker import WorkerSpec
+    from grpo.rounds.workers.worker import WorkerSpec
 
     config = load_config(
         None,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from grpo.config import Config, CurriculumConfig, ModelConfig, TrainConfig, load_config
+from grpo.data.dataset import load_dataset_for
 from grpo.data.sampler import CurriculumSettings
-from grpo.models.loading import LoraSpec
-from grpo.training.setup import _curriculum_settings, _progress, load_dataset_for
-from grpo.training.setup_learner import lora_spec
+from grpo.models.loading import LoraSpec, lora_spec
+from grpo.training.setup import _curriculum_settings, _progress
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # the sample files of tests/data
 

@@ -9,9 +9,8 @@ import torch
 
 from grpo.algo.objective import Objective
 from grpo.models.logprobs import completion_logprobs
-from grpo.training.runtime.optim import Optimization
-from grpo.training.update.batch import Reference, TrainBatch
-from grpo.training.update.policy import policy_update
+from grpo.runtime.optim import Optimization
+from grpo.training.update.policy import Reference, TrainBatch, policy_update
 
 
 def _batch(vocab: int, rows: int = 8) -> TrainBatch:

@@ -13,9 +13,8 @@ from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.groups import Groups
 from grpo.algo.objective import Objective
 from grpo.algo.selection import select_groups
-from grpo.training.runtime.optim import Optimization
-from grpo.training.update.batch import TrainBatch
-from grpo.training.update.policy import policy_update
+from grpo.runtime.optim import Optimization
+from grpo.training.update.policy import TrainBatch, policy_update
 
 
 def _batch(vocab: int) -> TrainBatch:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from grpo.config import ModelConfig
-from grpo.training.engines import vllm_sources
+from grpo.rounds.engines import vllm_sources
 
 
 def _tiny(tiny_model_dir: Path):

@@ -40,7 +40,7 @@ AUTHORS = ("dataset", "system", "environment", "model", "tool", "grpo")
 
 
 @dataclass
-class Row:
+class TurnState:
     """One trajectory in the making."""
 
     trajectory: Trajectory
@@ -141,7 +141,10 @@ def _opening(
 
 
 def reply_to_turn(
-    rows: Sequence[Row], texts: Sequence[str], settings: AgentSettings, counts: dict[str, float]
+    rows: Sequence[TurnState],
+    texts: Sequence[str],
+    settings: AgentSettings,
+    counts: dict[str, float],
 ) -> list[list[dict[str, Any]] | None]:
     """For each row that ended its turn on EOS: the messages that answer it (tool results,
     an observation; empty for none), or None when the row is done."""
@@ -199,7 +202,7 @@ def _tool_messages(
 
 
 def _observation(
-    row: Row, outcome: Outcome, settings: AgentSettings, counts: dict[str, float]
+    row: TurnState, outcome: Outcome, settings: AgentSettings, counts: dict[str, float]
 ) -> list[dict[str, Any]] | None:
     """The environment's answer to a turn: its observation (if any), or None when done."""
     name = type(row.environment).__name__

@@ -40,12 +40,12 @@ def eval_config(args: argparse.Namespace, overrides: list[str]):
 
 
 def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
+    from grpo.data.dataset import load_dataset_for
     from grpo.eval.evaluate import correctness_reward, evaluate_model
     from grpo.models.loading import load_reference, load_tokenizer, pick_device
     from grpo.rewards.resolve import resolve_reward_functions
-    from grpo.training.engines import check_engine_available
-    from grpo.training.setup import load_dataset_for
-    from grpo.training.setup_rollouts import agent_settings
+    from grpo.rounds.build import agent_settings
+    from grpo.rounds.engines import check_engine_available
 
     if bad_overrides("eval", overrides):
         return 2
@@ -102,11 +102,10 @@ def eval_engine(
     vLLM's context has room for its completions."""
     from dataclasses import replace
 
-    from grpo.training.engines import rollout_engine
-    from grpo.training.runtime.distributed import Dist
+    from grpo.rounds.engines import rollout_engine
 
     rollout = replace(config.rollout, max_new_tokens=max_new_tokens)
-    return rollout_engine(replace(config, rollout=rollout), model, tokenizer, Dist())
+    return rollout_engine(replace(config, rollout=rollout), model, tokenizer)
 
 
 def add_eval_parser(commands: Commands) -> None:

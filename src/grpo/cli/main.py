@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     from grpo.data.dataset import DataError
     from grpo.demo.smollm2 import FetchError
     from grpo.models.loading import ModelError
-    from grpo.training.runtime.checkpoint import CheckpointError
-    from grpo.training.runtime.faults import TrainingStopped
-    from grpo.training.runtime.run_lock import RunDirInUse
+    from grpo.runtime.checkpoint import CheckpointError
+    from grpo.runtime.faults import TrainingStopped
+    from grpo.runtime.run_lock import RunDirInUse
 
     try:
         return args.handler(args, extra)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo.config import DataConfig
 from grpo.data.files import DataError, dataset_rows
 from grpo.text.boxed import last_boxed
 
@@ -249,4 +250,37 @@ def _fitted(
         f"{where}: prompt is {len(ids)} tokens, {_long_reason(max_prompt_tokens)} (set "
         "data.truncate_long_prompts = true to keep its end, or "
         "data.skip_bad_rows = true to skip it)"
+    )
+
+
+def load_dataset_for(
+    path: str | Path,
+    tokenizer: Any,
+    data: DataConfig,
+    *,
+    agent: bool = False,
+    split: str | None = None,
+) -> PromptDataset:
+    """The prompts at ``path`` (the training set or a held-out one), read, checked and
+    formatted as the ``[data]`` section says.
+
+    ``agent`` (an ``[agent]`` run): the prompts stay the text of the user's first message,
+    since the agent renders the whole conversation itself (``grpo.agents.chat``); with
+    ``data.chat_template`` the system prompt is its system message (see ``agent_settings``),
+    not text put before the prompt. ``split``: in a Hub dataset (or a folder of splits);
+    None = ``data.split``."""
+    templated = data.chat_template and not agent
+    return load_prompt_dataset(
+        path,
+        tokenizer,
+        prompt_column=data.prompt_column,
+        max_prompt_tokens=data.max_prompt_tokens,
+        truncate_long_prompts=data.truncate_long_prompts,
+        chat_template=templated,
+        system_prompt="" if agent and data.chat_template else data.system_prompt,
+        skip_bad_rows=data.skip_bad_rows,
+        column_map=data.column_map,
+        answer_format=data.answer_format,
+        dataset_config=data.config,
+        split=data.split if split is None else split,
     )

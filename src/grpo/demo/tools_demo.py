@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from grpo.agents.parser import parse_xml_json
-from grpo.agents.rollout import AgentSettings, agent_rollout
+from grpo.agents.trajectories import AgentSettings, run_trajectories
 from grpo.demo.model import build_tiny_llama
 from grpo.demo.run import (
     WARM_START_TARGET,
@@ -73,7 +73,7 @@ def greedy_tool_eval(
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     model.eval()
     with torch.no_grad():
-        result = agent_rollout(engine, rows, 1, params, None, range(len(rows)), settings)
+        result = run_trajectories(engine, rows, 1, params, None, range(len(rows)), settings)
     prompts, answers = [row["prompt"] for row in rows], [row["answer"] for row in rows]
     rewards = final_answer(prompts, result.completions, result.conversations, answers)
     called = [any(m["role"] == "tool" for m in messages) for messages in result.conversations]

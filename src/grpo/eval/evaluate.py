@@ -2,7 +2,7 @@
 
 A completion is correct when the correctness reward (``eval.reward``, else the run's
 accuracy reward: :func:`run_accuracy_reward`) scores it ≥ 1. With agent settings (the
-``[agent]`` section) each completion is a multi-turn trajectory (:mod:`grpo.agents.rollout`):
+``[agent]`` section) each completion is a multi-turn trajectory (:mod:`grpo.agents.trajectories`):
 the model's turns are the completion, rewards also get the conversation, an environment's
 own reward is scored as ``environment``, and the agent metrics (``agent/*``) are reported.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from grpo.agents.rollout import ENVIRONMENT_REWARD, AgentSettings, agent_rollout
+from grpo.agents.trajectories import ENVIRONMENT_REWARD, AgentSettings, run_trajectories
 from grpo.config.errors import ConfigError
 from grpo.config.sections import AgentConfig
 from grpo.data.dataset import PromptDataset
@@ -192,7 +192,7 @@ def _sample(
     if not isinstance(engine, TurnEngine):
         raise TypeError(f"{type(engine).__name__} cannot sample turn by turn for [agent]")
     names = [dataset.where(i) for i in range(len(records))]
-    result = agent_rollout(engine, records, per_prompt, params, generator, rows, agent, names)
+    result = run_trajectories(engine, records, per_prompt, params, generator, rows, agent, names)
     return _Samples(result.completions, result.columns, result.metrics, result.failed)
 
 

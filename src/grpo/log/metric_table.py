@@ -4,7 +4,7 @@ A step's numbers come from three places: whole-step computations on the gathered
 (identical on every process), the reward runner and the multi-turn rollout (once per
 generation round, on this process's rows), and the update and the timers (this process's
 parts). So each key says how it reduces over the rounds of a step (DAPO's dynamic sampling)
-and over the processes of a torchrun job. :func:`merge_rounds` and
+and over the processes of a torchrun job. :func:`reduce_rounds` and
 :func:`reduce_processes` read this table; no reduction is written anywhere else. The
 meaning of each key is in :mod:`grpo.log.metric_glossary` (a test checks both agree).
 
@@ -206,7 +206,7 @@ def _reduce(parts: dict[str, list[float]], rule_of: str) -> dict[str, float]:
     return reduced
 
 
-def merge_rounds(per_round: list[dict[str, float]]) -> dict[str, float]:
+def reduce_rounds(per_round: list[dict[str, float]]) -> dict[str, float]:
     """A step's per-round metrics (rounds of equal size) as one set, by the table."""
     if len(per_round) == 1:
         return per_round[0]

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from grpo.config import ModelConfig
 from grpo.models.gguf_cache import cached_gguf_model, cached_gguf_tokenizer
 from grpo.models.gguf_loading import dequantized_gguf, match_gguf_special_tokens
 from grpo.models.names import ModelError, check_gguf_file, first_line, model_name
@@ -179,3 +180,25 @@ def eos_token_ids(model: nn.Module, tokenizer: Any) -> set[int]:
     elif isinstance(generation_eos, list):
         ids.update(generation_eos)
     return ids
+
+
+def trainable_spec(model: ModelConfig) -> TrainableSpec:
+    """The ``[model]`` keys that say how the trained model loads."""
+    return TrainableSpec(
+        dtype=model.dtype,
+        disable_dropout=model.disable_dropout,
+        gradient_checkpointing=model.gradient_checkpointing,
+        lora=lora_spec(model),
+    )
+
+
+def lora_spec(model: ModelConfig) -> LoraSpec | None:
+    """The ``model.lora_*`` keys, or None for full fine-tuning (``lora_rank`` = 0)."""
+    if model.lora_rank <= 0:
+        return None
+    return LoraSpec(
+        rank=model.lora_rank,
+        alpha=model.lora_alpha,
+        dropout=model.lora_dropout,
+        target_modules=tuple(model.lora_target_modules),
+    )

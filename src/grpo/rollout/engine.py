@@ -81,6 +81,20 @@ class RolloutRequest:
     def total_rows(self) -> int:
         return len(self.prompt_token_ids) * self.group_size
 
+    @classmethod
+    def block(
+        cls,
+        prompt_token_ids: list[list[int]],
+        group_size: int,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+        rows: slice | None = None,
+    ) -> RolloutRequest:
+        """The rows ``rows`` of the len(prompts)·G (all if None); a ``ValueError`` unless
+        they are a non-empty contiguous block."""
+        start, stop = step_rows(len(prompt_token_ids), group_size, rows)
+        return cls(prompt_token_ids, group_size, params, generator, start, stop)
+
 
 class RolloutEngine(ABC):
     """Generates grouped completions on token ids; engines implement :meth:`generate_rows`."""
@@ -94,8 +108,7 @@ class RolloutEngine(ABC):
         rows: slice | None = None,
     ) -> Rollout:
         """G completions for each prompt: the rows ``rows`` of the len(prompts)·G (all if None)."""
-        start, stop = step_rows(len(prompt_token_ids), group_size, rows)
-        request = RolloutRequest(prompt_token_ids, group_size, params, generator, start, stop)
+        request = RolloutRequest.block(prompt_token_ids, group_size, params, generator, rows)
         return self.generate_rows(request)
 
     @abstractmethod

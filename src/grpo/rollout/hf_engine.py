@@ -116,8 +116,11 @@ class TransformersEngine(RolloutEngine, TurnEngine):
     def sync_weights(self, model: nn.Module) -> None:
         self.model = model
 
+    @torch.no_grad()
     def generate_rows(self, request: RolloutRequest) -> Rollout:
-        params = request.params
+        """The request's rows in chunks of ``max_sequences_per_batch``; each distinct prompt
+        of a chunk is prefilled once."""
+        model, params = self.model, request.params
         if params.stop_strings and self.decode is None:
             raise ValueError("stop_strings need a decode function")
         noise_BT = None
@@ -125,38 +128,33 @@ class TransformersEngine(RolloutEngine, TurnEngine):
             noise_BT = sampling_noise(
                 request.total_rows, params.max_new_tokens, request.generator, self.device
             )
-        chunk, stop = self.max_sequences_per_batch, request.stop
-        chunks = [
-            self._generate_chunk(
-                request,
-                first,
-                min(first + chunk, stop),
-                None if noise_BT is None else noise_BT[first : min(first + chunk, stop)],
-            )
-            for first in range(request.start, stop, chunk)
-        ]
-        return concat_rollouts(chunks, self.pad_token_id)
-
-    @torch.no_grad()
-    def _generate_chunk(
-        self, request: RolloutRequest, first_row: int, end_row: int, noise_BT: torch.Tensor | None
-    ) -> Rollout:
-        """Rows [first_row, end_row) of the step; each distinct prompt is prefilled once."""
-        model, params = self.model, request.params
+        compiled = self.compiled is not None and not params.stop_strings
+        chunks = []
         was_training = model.training
         model.eval()
         try:
-            if self.compiled is not None and not params.stop_strings:
+            for first in range(request.start, request.stop, self.max_sequences_per_batch):
+                end = min(first + self.max_sequences_per_batch, request.stop)
+                chunk_noise_BT = None if noise_BT is None else noise_BT[first:end]
                 prefill = prefill_prompts(
-                    model, self.pad_token_id, request, first_row, end_row, preallocate=False
+                    model, self.pad_token_id, request, first, end, preallocate=not compiled
                 )
-                return self.compiled.decode(
-                    model, prefill, params, noise_BT, self.eos_token_ids, self.pad_token_id
-                )
-            prefill = prefill_prompts(model, self.pad_token_id, request, first_row, end_row)
-            return self._decode(prefill, params, noise_BT)
+                if compiled:
+                    chunks.append(
+                        self.compiled.decode(
+                            model,
+                            prefill,
+                            params,
+                            chunk_noise_BT,
+                            self.eos_token_ids,
+                            self.pad_token_id,
+                        )
+                    )
+                else:
+                    chunks.append(self._decode(prefill, params, chunk_noise_BT))
         finally:
             model.train(was_training)
+        return concat_rollouts(chunks, self.pad_token_id)
 
     def start_turns(self, request: RolloutRequest, max_model_tokens: int) -> TurnSession:
         """Multi-turn sampling that continues from the KV cache (:mod:`grpo.rollout.hf_turns`)."""

@@ -1,1 +1,1 @@
-"""The training loop in typed stages, the update, optimizer, checkpoints, faults, torchrun."""
+"""train(): the loop, its set-up from the config, the run's types, the update and saving."""

@@ -1,27 +1,32 @@
 """train(): the GRPO loop, read top to bottom.
 
-Per step: **generate** (sample prompts, roll out G completions each, score them; with
-dynamic sampling, repeat until enough groups have reward variance) → **select** (group
-advantages; zero-variance and skipped groups are dropped and counted) → record the
-per-prompt statistics the curriculum draws by → **update** (reference log-probs, μ inner
-iterations over micro-batches, AdamW) → **metrics** → **checkpoint**. Each stage is a
-function of its own module with typed inputs and outputs; the config is unpacked once, in
-:func:`~grpo.training.setup.set_up`.
+Per step: the **round source** hands over the step's scored rounds (sample prompts, roll
+out G completions each, score them; with dynamic sampling, repeat until enough groups
+have reward variance) → **select** (group advantages; zero-variance and skipped groups are
+dropped and counted) → record the per-prompt statistics the curriculum draws by →
+**learn** (reference log-probs, μ inner iterations over micro-batches, AdamW; in
+:mod:`grpo.training.update.policy`) → **metrics** → **checkpoint**. The config is unpacked
+once, in :func:`~grpo.training.setup.set_up`; the loop reads a
+:class:`~grpo.rounds.source.RoundSource` and does not know whether rounds are sampled
+when asked (:class:`~grpo.rounds.source.SyncRounds`) or by rollout workers ahead of it
+(:class:`~grpo.rounds.workers.feeder.AsyncRounds`).
 
 Departures from the paper (Shao et al. 2024), each a documented option: the advantage's
 scale (``algorithm.advantage_scale``), the loss aggregation (``algorithm.aggregation``),
 asymmetric clipping, DAPO's dynamic sampling, the curriculum, and PPO's critic as an
 alternative baseline (``algorithm.estimator``).
 
-Under torchrun (see :mod:`grpo.training.runtime.distributed`) every process samples the same
-prompts and takes a contiguous block of the step's rows through generate and update; the
-per-row results are all-gathered after scoring, so select sees the whole step everywhere.
-Only rank 0 writes, and it holds the run directory's lock (:mod:`grpo.training.runtime.run_lock`).
+Under torchrun (see :mod:`grpo.runtime.distributed`) every process samples the same
+prompts and takes a contiguous block of the step's rows through generation and update;
+the per-row results are all-gathered after scoring, so selection sees the whole step
+everywhere. Only rank 0 writes, and it holds the run directory's lock
+(:mod:`grpo.runtime.run_lock`).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,26 +34,27 @@ from typing import Any
 
 from torch import nn
 
+from grpo.agents.trajectories import env_token_frac
+from grpo.algo.rows import process_major
 from grpo.algo.selection import Selection, select_groups
 from grpo.config import Config, batch_plan
 from grpo.config.errors import UserCodeError
 from grpo.data.prompt_stats import record_step
+from grpo.log.metric_table import reduce_processes
 from grpo.models.compiled_trunk import trunk_compile_seconds
 from grpo.rewards.runner import RewardFunction
-from grpo.training.engines import check_engine_available
-from grpo.training.generate import generate
-from grpo.training.learn import learn
-from grpo.training.reasoning_metrics import reasoning_metrics
-from grpo.training.rounds import Generation
-from grpo.training.runtime.checkpoint import latest_checkpoint
-from grpo.training.runtime.distributed import Dist, init_distributed, world_from_env
-from grpo.training.runtime.faults import GracefulStop, NonFiniteGuard
-from grpo.training.runtime.run_lock import lock_run_dir
+from grpo.rounds.engines import check_engine_available
+from grpo.rounds.source import Generation
+from grpo.runtime.checkpoint import latest_checkpoint
+from grpo.runtime.distributed import Dist, init_distributed, world_from_env
+from grpo.runtime.faults import GracefulStop, NonFiniteGuard
+from grpo.runtime.run_lock import lock_run_dir
+from grpo.text.reasoning import reasoning_summary
 from grpo.training.saving import save_checkpoint_of, save_final
 from grpo.training.setup import set_up
-from grpo.training.setup_async import start_feeder
-from grpo.training.state import Run
-from grpo.training.step_metrics import accuracy, step_metrics
+from grpo.training.state import Learner, Run
+from grpo.training.update.critic import ppo_update
+from grpo.training.update.policy import TrainBatch, policy_update, step_split
 
 
 @dataclass
@@ -73,7 +79,7 @@ def train(
     leaves it at the end). A batch that does not split evenly over the processes, or an
     unsupported combination, is a :class:`ConfigError` before anything is loaded. The run
     directory is locked for the whole run: a second run into it stops at once with a
-    :class:`~grpo.training.runtime.run_lock.RunDirInUse` naming the first.
+    :class:`~grpo.runtime.run_lock.RunDirInUse` naming the first.
     """
     plan = batch_plan(config, world_from_env()[1])  # ConfigErrors for what cannot split
     check_engine_available(config.rollout.engine)  # before anything is loaded
@@ -89,12 +95,10 @@ def train(
         lock = lock_run_dir(Path(config.train.run_dir), dist)  # one process per run directory
         with GracefulStop(announce=verbose and dist.is_main) as stop:
             run = set_up(config, plan, dist, device, reward_functions, verbose)
-            if config.rollout.mode == "async":
-                run.feeder = start_feeder(config, run, reward_functions, dist)
             return _train(run, dist, stop)
     finally:
-        if run is not None and run.feeder is not None:
-            run.feeder.close()  # no worker outlives the run: normal end, error or Ctrl-C
+        if run is not None:
+            run.source.close()  # no rollout worker outlives the run: end, error or Ctrl-C
         if lock is not None:
             lock.release()
         dist.close(run)
@@ -147,17 +151,7 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
     settings, learner = run.settings, run.learner
     step_started = time.perf_counter()
     compiled_before = _compile_seconds(run)
-    if run.feeder is None:
-        generation, seconds = generate(
-            run.rollouts,
-            run.sampler,
-            dist,
-            prompts_per_step=settings.prompts_per_step,
-            group_size=settings.group_size,
-            max_rounds=settings.max_rounds,
-        )
-    else:  # sampled by the workers, up to rollout.max_staleness versions ago
-        generation, seconds = run.feeder.next_generation(step)
+    generation, seconds = run.source.next_round(step)  # async: up to max_staleness old
     groups = generation.groups
     selection = select_groups(
         groups,
@@ -180,10 +174,7 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
     signal.update(run.sampler.draw_metrics)  # the pooled curriculum's pre-screen, if on
     train_started = time.perf_counter()
     update = learn(learner, generation, selection, dist)
-    if update:
-        run.rollouts.engine.sync_weights(learner.policy)  # vLLM gets the new weights
-    if run.feeder is not None:
-        run.feeder.after_update(step, learner.policy)  # the workers' weights, when due
+    run.source.weights_changed(step, learner.policy, updated=bool(update))  # vLLM, workers
     times = {
         "time/rollout": seconds["rollout"],
         "time/reward": seconds["reward"],
@@ -200,20 +191,148 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
         step == settings.steps or (settings.eval_every and step % settings.eval_every == 0)
     ):
         metrics["eval/accuracy"] = run.evaluate(learner.policy)
-    if run.feeder is not None:
-        metrics.update(run.feeder.take_metrics())
-        metrics["async/samples_per_s"] = generation.results.reward_B.numel() / times["time/step"]
+    metrics.update(run.source.take_metrics(times["time/step"]))
     metrics.update(accuracy(generation))
     metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
     return metrics, generation, selection
 
 
+def learn(
+    learner: Learner, generation: Generation, selection: Selection, dist: Dist
+) -> dict[str, float]:
+    """Update the policy on the selected rows; the update's metrics ({} when no group
+    trains: then no optimizer step is due, but the LR schedule still steps μ times)."""
+    optimization, objective = learner.optimization, learner.objective
+    if not selection.keep_B.any():  # the whole step's decision: the same in every process
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(objective.inner_iterations):
+                optimization.scheduler.step()
+        return {}
+    keep_B, advantages_B = selection.keep_B, selection.advantages_B
+    length_B, reward_B = generation.results.length_B, generation.results.reward_B
+    if generation.rounds > 1:  # this process's rows of every round, side by side
+        keep_B, advantages_B, length_B, reward_B = (
+            process_major(t, generation.rounds, dist.world_size)
+            for t in (keep_B, advantages_B, length_B, reward_B)
+        )
+    local_rollout = generation.rollout  # this process's rows, as its block of the reordered
+    local_rows = dist.rows(keep_B.shape[0])
+    device = local_rollout.completion_ids_BT.device
+    local_keep_B = keep_B[local_rows].to(device)
+    local_advantages_B = advantages_B[local_rows].to(device)
+    batch = TrainBatch.of(local_rollout, local_advantages_B, local_keep_B)
+    shard = step_split(
+        dist, learner.trained, keep_B, length_B, local_rollout, learner.sequences_per_micro_batch
+    )
+    if learner.critic is not None:  # PPO: the critic's per-token GAE advantages replace A_i
+        return ppo_update(
+            learner.critic,
+            learner.trained,
+            batch,
+            objective,
+            optimization,
+            rewards_B=reward_B[local_rows].to(device)[local_keep_B],
+            sequences_per_micro_batch=learner.sequences_per_micro_batch,
+            reference=learner.reference,
+            shard=shard,
+            share_prompt=learner.share_prompt,
+        )
+    return policy_update(
+        learner.trained,
+        batch,
+        objective,
+        optimization,
+        sequences_per_micro_batch=learner.sequences_per_micro_batch,
+        reference=learner.reference,
+        shard=shard,
+        share_prompt=learner.share_prompt,
+    )
+
+
+def step_metrics(
+    generation: Generation,
+    selection: Selection,
+    *,
+    signal: dict[str, float],
+    update: dict[str, float],
+    times: dict[str, float],
+    lr: float,
+    dist: Dist,
+) -> dict[str, float]:
+    """Rewards, groups, the learning signal (``signal``: group outcomes and sample
+    counts), completion lengths, the update and the step's seconds."""
+    reward_metrics = reduce_over_processes(dist, generation.reward_metrics)
+    update, times = reduce_over_processes(dist, update), reduce_over_processes(dist, times)
+    results, groups = generation.results, generation.groups
+    length_B = results.length_B.float()
+    metrics = {
+        "reward/mean": results.reward_B.mean().item(),
+        "reward/std": results.reward_B.std(unbiased=False).item(),
+        **reward_metrics,
+        "zero_variance_frac": groups.zero_variance_N.float().mean().item(),
+        "skipped_groups": float(groups.skipped_N.sum()),
+        "groups_trained": float(selection.trains_N.sum()),
+        "generation_rounds": float(generation.rounds),
+        **signal,
+        "completion_len/mean": length_B.mean().item(),
+        "completion_len/max": length_B.max().item(),
+        "truncated_frac": results.truncated_B.float().mean().item(),
+        "lr": lr,
+        **update,
+        **times,
+    }
+    if results.overlong_penalty_B is not None:
+        metrics["reward/overlong_penalty"] = results.overlong_penalty_B.mean().item()
+    if results.env_tokens_B is not None:  # multi-turn: Σ inserted / Σ (inserted + model)
+        inserted, model = results.env_tokens_B.sum().item(), length_B.sum().item()
+        metrics["agent/env_token_frac"] = env_token_frac(inserted, model)
+    if selection.dropped_rows is not None:
+        metrics["truncated_masked"] = float(selection.dropped_rows)
+    return metrics
+
+
+def accuracy(generation: Generation) -> dict[str, float]:
+    """The fraction of completions the accuracy reward scores ≥ 1, when the run has one."""
+    accuracy_B = generation.results.accuracy_B
+    if accuracy_B is None:
+        return {}
+    return {"accuracy": (accuracy_B >= 1.0).float().mean().item()}
+
+
+def reduce_over_processes(dist: Dist, metrics: dict[str, float]) -> dict[str, float]:
+    """Each process's values of ``metrics`` as one, by the metric table (identity alone)."""
+    if not dist.enabled or not metrics:
+        return dict(metrics)
+    return reduce_processes(dist.gather_values(metrics))
+
+
+def reasoning_metrics(
+    generation: Generation, estimated_success_N: list[float], group_size: int
+) -> dict[str, float]:
+    """``estimated_success_N``: each generated group's prompt's success rate as estimated
+    before this step (the sampler's posterior mean), in generation order; row b belongs to
+    group b // G."""
+    results = generation.results
+    success_B = [p for p in estimated_success_N for _ in range(group_size)]
+    think_B: list[int | None] = []
+    if results.think_chars_B is not None and results.has_think_B is not None:
+        think_B = [
+            chars if has else None
+            for chars, has in zip(
+                results.think_chars_B.tolist(), results.has_think_B.tolist(), strict=True
+            )
+        ]
+    correction_B = [] if results.self_correction_B is None else results.self_correction_B.tolist()
+    return reasoning_summary(results.length_B.tolist(), success_B, think_B, correction_B)
+
+
 def _compile_seconds(run: Run) -> float | None:
     """Seconds compiling so far (rollout.compile, train.compile); None when neither is on."""
-    engine = getattr(run.rollouts.engine, "compiled", None)
+    engine = getattr(run.maker.engine, "compiled", None)
     if engine is None and not run.settings.compile:
         return None
-    return getattr(run.rollouts.engine, "compile_seconds", 0.0) + trunk_compile_seconds()
+    return getattr(run.maker.engine, "compile_seconds", 0.0) + trunk_compile_seconds()
 
 
 def _evaluate_before(run: Run) -> list[dict[str, float]]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo.data.prompt_stats import write_prompt_stats
-from grpo.training.runtime.checkpoint import save_checkpoint, save_model
-from grpo.training.runtime.distributed import Dist
-from grpo.training.runtime.sharding import full_model_state, full_optimizer_state
+from grpo.runtime.checkpoint import save_checkpoint, save_model
+from grpo.runtime.distributed import Dist
+from grpo.runtime.sharding import full_model_state, full_optimizer_state
 from grpo.training.state import Run
 
 
@@ -27,12 +27,12 @@ def save_checkpoint_of(run: Run, step: int, dist: Dist, *, keep: int) -> None:
             optimizer=optimizer,
             scheduler=learner.optimization.scheduler,
             sampler_state=run.sampler.state_dict(),
-            generator=run.rollouts.generator,
+            generator=run.maker.generator,
             config=run.config_dict,
             keep=keep,
             model_state=model_state,
             optimizer_state=optimizer_state,
-            extra={"async": run.feeder.checkpoint_state()} if run.feeder else None,
+            extra={"async": state} if (state := run.source.state_dict()) else None,
         )
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from grpo.config import BatchPlan, Config, CurriculumConfig, DataConfig, config_to_dict
-from grpo.data.dataset import PromptDataset, load_prompt_dataset
+from grpo.data.dataset import PromptDataset, load_dataset_for
 from grpo.data.difficulty import difficulty_keys
 from grpo.data.sampler import CurriculumSettings, PromptSampler
 from grpo.eval.evaluate import correctness_reward, greedy_accuracy
@@ -28,19 +28,21 @@ from grpo.models.loading import load_tokenizer
 from grpo.models.shared_prompt import sharing_blocker
 from grpo.rewards.resolve import resolve_reward_functions
 from grpo.rewards.runner import RewardFunction
-from grpo.training.runtime.checkpoint import checkpoints_dir
-from grpo.training.runtime.distributed import Dist
-from grpo.training.runtime.optim import Optimization
-from grpo.training.runtime.resume import resume_point, resume_run
-from grpo.training.runtime.sharding import load_optimizer_state
+from grpo.rounds.build import agent_settings, build_round_maker
+from grpo.rounds.source import RoundMaker, RoundSource, SyncRounds
+from grpo.rounds.workers.start import start_async_rounds
+from grpo.runtime.checkpoint import checkpoints_dir, read_extra
+from grpo.runtime.distributed import Dist
+from grpo.runtime.optim import Optimization
+from grpo.runtime.resume import resume_point, resume_run
+from grpo.runtime.sharding import load_optimizer_state
 from grpo.training.setup_learner import (
     build_critic,
     build_models,
     build_objective,
     build_optimization,
 )
-from grpo.training.setup_rollouts import agent_settings, build_rollouts
-from grpo.training.state import Learner, LoopSettings, Rollouts, Run
+from grpo.training.state import Learner, LoopSettings, Run
 
 
 def set_up(
@@ -62,19 +64,21 @@ def set_up(
     config_dict = _write_config(config, run_dir, dist.is_main)
     tokenizer = load_tokenizer(config.model.path, tokenizer_path=config.model.tokenizer_path)
     policy, trained, reference = build_models(config, dist, device, checkpoint_dir)
-    if reward_functions is None:  # the Python API may pass functions directly
-        reward_functions = resolve_reward_functions(config.rewards, config.train.import_dirs)
+    rewards = reward_functions  # the Python API may pass functions directly
+    if rewards is None:
+        rewards = resolve_reward_functions(config.rewards, config.train.import_dirs)
     dataset = _training_set(config.data, tokenizer, say, agent=config.agent.enabled)
     sampler = _sampler(config, dataset)
-    evaluate = _evaluator(config, tokenizer, reward_functions, dist)
+    evaluate = _evaluator(config, tokenizer, rewards, dist)
     optimization = build_optimization(config, trained)
     critic = build_critic(config, device) if config.algorithm.estimator == "ppo" else None
-    rollouts = build_rollouts(config, policy, tokenizer, dataset, reward_functions, dist, device)
+    all_agree = dist.all_agree if dist.fsdp else None  # FSDP: processes decode in lockstep
+    maker = build_round_maker(config, policy, tokenizer, dataset, rewards, device, all_agree)
     start_step = _resume(
-        checkpoint_dir, run_dir, config_dict, trained, optimization, sampler, rollouts, dist, say
+        checkpoint_dir, run_dir, config_dict, trained, optimization, sampler, maker, dist, say
     )
     if start_step > 0:
-        rollouts.engine.sync_weights(policy)  # an external engine starts from the base weights
+        maker.engine.sync_weights(policy)  # an external engine starts from the base weights
     learner = Learner(
         policy,
         trained,
@@ -89,20 +93,69 @@ def set_up(
     _describe(config, plan, dist, device, dataset, learner, say)
     purge_step = start_step + 1 if checkpoint_dir is not None else 0  # TensorBoard rewinds
     log = _metrics_log(config, run_dir, enabled=dist.is_main, purge_step=purge_step)
+    settings = _settings(config, plan)
+    resumed = {}
+    if checkpoint_dir is not None and start_step > 0:  # the async rounds in flight
+        resumed = read_extra(checkpoint_dir).get("async", {})
+    source = _round_source(
+        config, settings, maker, sampler, policy, dist, reward_functions, start_step, resumed, say
+    )  # last: asynchronous workers start here, and nothing after it can fail
     return Run(
-        _settings(config, plan),
+        settings,
         run_dir,
         config_dict,
         tokenizer,
         dataset,
         sampler,
-        rollouts,
+        maker,
         learner,
         evaluate,
         log,
         _progress(config, start_step, shown=verbose and dist.is_main),
         start_step,
         say,
+        source,
+    )
+
+
+def _round_source(
+    config: Config,
+    settings: LoopSettings,
+    maker: RoundMaker,
+    sampler: PromptSampler,
+    policy: nn.Module,
+    dist: Dist,
+    reward_functions: list[RewardFunction] | None,
+    start_step: int,
+    resumed: dict[str, object],
+    say: Callable[[str], None],
+) -> RoundSource:
+    """Rounds sampled on the learner's engine when asked (``rollout.mode = "sync"``), or by
+    rollout workers ahead of the learner, resuming the checkpoint's rounds in flight
+    (``resumed``). ``reward_functions``: the Python API's, else None (a worker resolves
+    the config's itself)."""
+    if config.rollout.mode != "async":
+        return SyncRounds(
+            maker,
+            sampler,
+            dist,
+            prompts_per_step=settings.prompts_per_step,
+            group_size=settings.group_size,
+            max_rounds=settings.max_rounds,
+        )
+    return start_async_rounds(
+        config,
+        maker,
+        sampler,
+        policy,
+        dist,
+        reward_functions=reward_functions,
+        prompts_per_step=settings.prompts_per_step,
+        group_size=settings.group_size,
+        max_rounds=settings.max_rounds,
+        start_step=start_step,
+        resumed=resumed,
+        say=say,
     )
 
 
@@ -131,7 +184,7 @@ def _resume(
     trained: nn.Module,
     optimization: Optimization,
     sampler: PromptSampler,
-    rollouts: Rollouts,
+    maker: RoundMaker,
     dist: Dist,
     say: Callable[[str], None],
 ) -> int:
@@ -145,7 +198,7 @@ def _resume(
             partial(load_optimizer_state, trained, optimization.optimizer, dist=dist),
             optimization.scheduler,
             sampler,
-            rollouts.generator,
+            maker.generator,
         ),
         is_main=dist.is_main,
         say=say,
@@ -176,39 +229,6 @@ def _settings(config: Config, plan: BatchPlan) -> LoopSettings:
         max_consecutive_skips=train_cfg.max_consecutive_skips,
         mask_truncated_completions=algo.mask_truncated_completions,
         compile=train_cfg.compile,
-    )
-
-
-def load_dataset_for(
-    path: str | Path,
-    tokenizer: Any,
-    data: DataConfig,
-    *,
-    agent: bool = False,
-    split: str | None = None,
-) -> PromptDataset:
-    """The prompts at ``path`` (the training set or a held-out one), read, checked and
-    formatted as the ``[data]`` section says.
-
-    ``agent`` (an ``[agent]`` run): the prompts stay the text of the user's first message,
-    since the agent renders the whole conversation itself (``grpo.agents.chat``); with
-    ``data.chat_template`` the system prompt is its system message (see ``agent_settings``),
-    not text put before the prompt. ``split``: in a Hub dataset (or a folder of splits);
-    None = ``data.split``."""
-    templated = data.chat_template and not agent
-    return load_prompt_dataset(
-        path,
-        tokenizer,
-        prompt_column=data.prompt_column,
-        max_prompt_tokens=data.max_prompt_tokens,
-        truncate_long_prompts=data.truncate_long_prompts,
-        chat_template=templated,
-        system_prompt="" if agent and data.chat_template else data.system_prompt,
-        skip_bad_rows=data.skip_bad_rows,
-        column_map=data.column_map,
-        answer_format=data.answer_format,
-        dataset_config=data.config,
-        split=data.split if split is None else split,
     )
 
 
@@ -258,7 +278,7 @@ def _evaluator(
         ),
         reward=reward,
         max_new_tokens=config.eval.max_new_tokens or config.rollout.max_new_tokens,
-        all_done=dist.all_done if dist.fsdp else None,
+        all_done=dist.all_agree if dist.fsdp else None,
         agent=agent,
         stop_strings=config.rollout.stop_strings if config.agent.enabled else (),
     )

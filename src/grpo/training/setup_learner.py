@@ -12,16 +12,16 @@ from torch import nn
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
 from grpo.algo.off_policy import resolve_off_policy
-from grpo.config import AlgorithmConfig, Config, ConfigError, ModelConfig
-from grpo.models.loading import LoraSpec, TrainableSpec, load_policy, load_reference
+from grpo.config import AlgorithmConfig, Config, ConfigError
+from grpo.models.loading import load_policy, load_reference, trainable_spec
 from grpo.models.logprobs import compile_training_passes
 from grpo.models.names import model_name
 from grpo.models.value import load_value_model
-from grpo.training.runtime.distributed import Dist
-from grpo.training.runtime.optim import Optimization, adamw, build_optimizer
-from grpo.training.runtime.sharding import shard_fsdp, wrap_for_training
-from grpo.training.update.batch import Reference
+from grpo.runtime.distributed import Dist
+from grpo.runtime.optim import Optimization, adamw, build_optimizer
+from grpo.runtime.sharding import shard_fsdp, wrap_for_training
 from grpo.training.update.critic import Critic
+from grpo.training.update.policy import Reference
 
 
 def build_models(
@@ -64,28 +64,6 @@ def build_models(
 
 def _is_gguf(path: str) -> bool:
     return model_name(path, "model.path").kind == "gguf"
-
-
-def trainable_spec(model: ModelConfig) -> TrainableSpec:
-    """The ``[model]`` keys that say how the trained model loads."""
-    return TrainableSpec(
-        dtype=model.dtype,
-        disable_dropout=model.disable_dropout,
-        gradient_checkpointing=model.gradient_checkpointing,
-        lora=lora_spec(model),
-    )
-
-
-def lora_spec(model: ModelConfig) -> LoraSpec | None:
-    """The ``model.lora_*`` keys, or None for full fine-tuning (``lora_rank`` = 0)."""
-    if model.lora_rank <= 0:
-        return None
-    return LoraSpec(
-        rank=model.lora_rank,
-        alpha=model.lora_alpha,
-        dropout=model.lora_dropout,
-        target_modules=tuple(model.lora_target_modules),
-    )
 
 
 def build_optimization(config: Config, trained: nn.Module) -> Optimization:

@@ -35,10 +35,14 @@ from torch import nn
 from grpo.algo.objective import Objective
 from grpo.algo.ppo import gae, terminal_rewards, value_loss, whiten
 from grpo.models.value import ValueModel, completion_values
-from grpo.training.runtime.optim import Optimization
-from grpo.training.update.batch import Reference, TrainBatch, micro_slices
-from grpo.training.update.policy import policy_update
-from grpo.training.update.shard import Shard
+from grpo.runtime.optim import Optimization
+from grpo.training.update.policy import (
+    Reference,
+    StepSplit,
+    TrainBatch,
+    micro_slices,
+    policy_update,
+)
 
 
 @dataclass
@@ -73,7 +77,7 @@ def ppo_update(
     rewards_B: torch.Tensor,
     sequences_per_micro_batch: int,
     reference: Reference | None = None,
-    shard: Shard | None = None,
+    shard: StepSplit | None = None,
     share_prompt: bool = True,
 ) -> dict[str, float]:
     """Steps 1-4 of the module docstring on one rollout batch; the policy's and the critic's

@@ -1,31 +1,166 @@
-"""The policy update on one rollout batch: μ optimizer steps over micro-batches.
+"""The policy update: the step's kept rows as a :class:`TrainBatch`, and μ optimizer steps
+over its micro-batches.
 
 Normalizers (sequence count, token count, max length) are those of the whole batch, so the
 micro-batch losses add up to the full batch's loss and the accumulated gradient equals the
-one-batch gradient exactly. With several processes (:class:`~grpo.training.update.batch.Shard`)
-the normalizers count every process's rows, so each process's loss is its share of the
-whole step's loss and the gradients, summed across processes, are the single-process
-gradient.
+one-batch gradient exactly. With several processes (:class:`StepSplit`) the normalizers
+count every process's rows, so each process's loss is its share of the whole step's loss
+and the gradients, summed across processes, are the single-process gradient.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from grpo.algo.corrections import correction_sums
 from grpo.algo.kl import kl_penalty
-from grpo.algo.losses import aggregate
+from grpo.algo.losses import aggregate, policy_loss
 from grpo.algo.objective import Objective
+from grpo.algo.off_policy import off_policy_terms
+from grpo.log.metric_table import Reduce, metric
 from grpo.models.logprobs import completion_logprobs
 from grpo.models.wrappers import is_fsdp_sharded
-from grpo.training.runtime.optim import Optimization
-from grpo.training.update.batch import Reference, TrainBatch, micro_slices
-from grpo.training.update.shard import Shard
-from grpo.training.update.stats import MicroStats, fold_update
-from grpo.training.update.surrogate import surrogate_loss
+from grpo.rollout.engine import Rollout
+from grpo.runtime.distributed import Dist
+from grpo.runtime.optim import Optimization
+from grpo.runtime.sharding import no_sync_context
+
+
+@dataclass
+class TrainBatch:
+    """The rows that train: groups with variance only. B rows, P prompt and T completion columns."""
+
+    prompt_ids_BP: torch.Tensor
+    prompt_mask_BP: torch.Tensor
+    completion_ids_BT: torch.Tensor
+    completion_mask_BT: torch.Tensor
+    advantages_BT: torch.Tensor  # GRPO: A_i expanded along T (a view); PPO: GAE's A_it
+    sampler_logp_BT: torch.Tensor
+    # Multi-turn: 1 on every real completion-column token (environment tokens included);
+    # completion_mask_BT, the loss mask, is 1 on the model's tokens only. None: single turn.
+    attention_mask_BT: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, rollout: Rollout, advantages_B: torch.Tensor, keep_B: torch.Tensor) -> TrainBatch:
+        """Rows ``keep_B`` of ``rollout``, each with its completion's advantage A_i."""
+        completion_ids_BT = rollout.completion_ids_BT[keep_B]
+        return cls(
+            prompt_ids_BP=rollout.prompt_ids_BP[keep_B],
+            prompt_mask_BP=rollout.prompt_mask_BP[keep_B],
+            completion_ids_BT=completion_ids_BT,
+            completion_mask_BT=rollout.completion_mask_BT[keep_B],
+            advantages_BT=advantages_B[keep_B][:, None].expand(-1, completion_ids_BT.shape[1]),
+            sampler_logp_BT=rollout.sampler_logp_BT[keep_B],
+            attention_mask_BT=None
+            if rollout.attention_mask_BT is None
+            else rollout.attention_mask_BT[keep_B],
+        )
+
+    @property
+    def rows(self) -> int:
+        return self.completion_ids_BT.shape[0]
+
+    def micro_batch(self, rows: slice) -> TrainBatch:
+        """Rows ``rows`` with padding columns that no row of them uses trimmed away."""
+        prompt_mask = self.prompt_mask_BP[rows]
+        completion_mask = self.completion_mask_BT[rows]
+        first_prompt_column = (
+            int((prompt_mask.sum(dim=0) > 0).nonzero().min()) if prompt_mask.any() else 0
+        )
+        attention = None if self.attention_mask_BT is None else self.attention_mask_BT[rows]
+        # Real tokens are contiguous from column 0 (right padding): the widest row's count.
+        real = completion_mask if attention is None else attention
+        completion_width = max(int(real.sum(dim=1).max()), 1)
+        prompt_cols = slice(first_prompt_column, None)
+        completion_cols = slice(0, completion_width)
+        return TrainBatch(
+            prompt_ids_BP=self.prompt_ids_BP[rows, prompt_cols],
+            prompt_mask_BP=prompt_mask[:, prompt_cols],
+            completion_ids_BT=self.completion_ids_BT[rows, completion_cols],
+            completion_mask_BT=completion_mask[:, completion_cols],
+            advantages_BT=self.advantages_BT[rows, completion_cols],
+            sampler_logp_BT=self.sampler_logp_BT[rows, completion_cols],
+            attention_mask_BT=None if attention is None else attention[:, completion_cols],
+        )
+
+
+def micro_slices(rows: int, sequences_per_micro_batch: int) -> list[slice]:
+    """Consecutive row blocks of at most ``sequences_per_micro_batch`` rows."""
+    return [
+        slice(i, min(i + sequences_per_micro_batch, rows))
+        for i in range(0, rows, sequences_per_micro_batch)
+    ]
+
+
+ReferenceContext = Callable[[], contextlib.AbstractContextManager]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """π_ref: a frozen ``model``, or (LoRA) the policy itself inside ``context``, which
+    disables its adapters, so no second copy of the weights is held."""
+
+    model: nn.Module | None = None
+    context: ReferenceContext | None = None
+
+
+@dataclass
+class StepSplit:
+    """How this process's rows fit into a step split across processes.
+
+    ``num_sequences``/``num_tokens``: kept sequences and their completion tokens over all
+    processes (the loss normalizers). ``micro_batches``: how many forward/backward passes
+    every process runs per optimizer step, the largest count of any process. A process with
+    fewer real micro-batches (or no rows at all) runs zero-weighted passes on ``filler``
+    (any one row), because DDP needs every process to run the gradient-synchronising
+    backward, and FSDP every forward (each gathers parameters from all processes).
+    ``no_sync``: the context for all but the last backward of an optimizer step, in which
+    gradients accumulate locally; the last backward then sums them across processes once.
+    """
+
+    num_sequences: int
+    num_tokens: int
+    micro_batches: int
+    filler: TrainBatch
+    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None
+    all_agree: Callable[[bool], bool] | None = None  # True when true on every process
+
+
+def step_split(
+    dist: Dist,
+    trained: nn.Module,
+    keep_B: torch.Tensor,
+    lengths_B: torch.Tensor,
+    rollout: Rollout,
+    sequences_per_micro_batch: int,
+) -> StepSplit | None:
+    """How this process's kept rows fit into the step's update (None for one process).
+
+    Every process holds the whole step's keep mask and completion lengths, so each
+    computes the global normalizers and every process's micro-batch count itself.
+    """
+    if not dist.enabled:
+        return None
+    most_kept = int(keep_B.view(dist.world_size, -1).sum(dim=1).max())
+    device = rollout.completion_ids_BT.device
+    first_row_B = torch.arange(rollout.completion_ids_BT.shape[0], device=device) == 0
+    # This process's row 0, advantage 0; its passes are weighted 0 anyway.
+    zero_B = torch.zeros(first_row_B.shape[0], device=device)
+    filler = TrainBatch.of(rollout, zero_B, first_row_B).micro_batch(slice(0, 1))
+    return StepSplit(
+        num_sequences=int(keep_B.sum()),
+        num_tokens=int(lengths_B[keep_B].sum()),
+        micro_batches=math.ceil(most_kept / sequences_per_micro_batch),
+        filler=filler,
+        no_sync=no_sync_context(trained, dist),
+        all_agree=dist.all_agree,
+    )
 
 
 def policy_update(
@@ -36,7 +171,7 @@ def policy_update(
     *,
     sequences_per_micro_batch: int,
     reference: Reference | None = None,
-    shard: Shard | None = None,
+    shard: StepSplit | None = None,
     share_prompt: bool = True,
 ) -> dict[str, float]:
     """Run μ = ``objective.inner_iterations`` optimizer steps on ``batch``; return metrics.
@@ -55,9 +190,22 @@ def policy_update(
     ``share_prompt``: the policy and reference passes run each micro-batch's prompts once
     per group (:mod:`grpo.models.shared_prompt`), where the model allows it.
     """
-    micro_batches, weights, normalizers = _plan(
-        batch, sequences_per_micro_batch, objective.max_completion_length, shard
-    )
+    # The micro-batches, their loss weights (0 for a filler pass) and the normalizers.
+    slices = micro_slices(batch.rows, sequences_per_micro_batch)
+    micro_batches = [batch.micro_batch(s) for s in slices]
+    weights = [1.0] * len(micro_batches)
+    normalizers = {
+        "num_sequences": batch.rows,
+        "num_tokens": int(batch.completion_mask_BT.sum()),
+        "max_length": objective.max_completion_length,
+    }
+    if shard is not None:
+        normalizers["num_sequences"] = shard.num_sequences
+        normalizers["num_tokens"] = shard.num_tokens
+        padding = max(shard.micro_batches - len(micro_batches), 0)
+        micro_batches += [shard.filler] * padding
+        weights += [0.0] * padding
+    no_sync = shard.no_sync if shard is not None else None
     reference_logps = _reference_pass(policy, reference, micro_batches, objective, share_prompt)
     old_logps: list[torch.Tensor | None] = [None] * len(micro_batches)  # π_old: iteration 0's
     first: list[MicroStats] = []
@@ -65,20 +213,25 @@ def policy_update(
     grad_norms: list[float] = []
     skipped = 0
     for iteration in range(objective.inner_iterations):
-        passes = _accumulate_gradients(
-            policy,
-            micro_batches,
-            weights,
-            (old_logps, reference_logps),
-            objective,
-            normalizers,
-            shard,
-            first=iteration == 0,
-            share_prompt=share_prompt,
-        )
-        if iteration == 0:
-            old_logps = [logp for _, logp in passes]
-        stats = [micro for micro, _ in passes if micro is not None]
+        stats: list[MicroStats] = []
+        for index, micro in enumerate(micro_batches):
+            # Gradients are summed across processes once, in the step's last backward.
+            local_only = no_sync is not None and index < len(micro_batches) - 1
+            with no_sync() if local_only else contextlib.nullcontext():
+                micro_stats, logp_BT = _micro_step(
+                    policy,
+                    micro,
+                    (old_logps[index], reference_logps[index]),
+                    weights[index],
+                    iteration == 0,
+                    objective,
+                    normalizers,
+                    share_prompt=share_prompt,
+                )
+            if iteration == 0:
+                old_logps[index] = logp_BT  # detached: π_old for the later iterations
+            if micro_stats is not None:  # None: a filler pass
+                stats.append(micro_stats)
         first = stats if iteration == 0 else first
         last = stats
         grad_norm, stepped = _optimizer_step(optimization, [s.loss for s in stats], shard)
@@ -113,65 +266,8 @@ def _reference_pass(
     ]
 
 
-def _plan(
-    batch: TrainBatch, sequences_per_micro_batch: int, max_length: int, shard: Shard | None
-) -> tuple[list[TrainBatch], list[float], dict[str, int]]:
-    """The micro-batches, their loss weights (0 for filler passes) and the normalizers."""
-    slices = micro_slices(batch.rows, sequences_per_micro_batch)
-    micro_batches = [batch.micro_batch(s) for s in slices]
-    weights = [1.0] * len(micro_batches)
-    normalizers = {
-        "num_sequences": batch.rows,
-        "num_tokens": int(batch.completion_mask_BT.sum()),
-        "max_length": max_length,
-    }
-    if shard is not None:
-        normalizers["num_sequences"] = shard.num_sequences
-        normalizers["num_tokens"] = shard.num_tokens
-        padding = max(shard.micro_batches - len(micro_batches), 0)
-        micro_batches += [shard.filler] * padding
-        weights += [0.0] * padding
-    return micro_batches, weights, normalizers
-
-
-def _accumulate_gradients(
-    policy: nn.Module,
-    micro_batches: list[TrainBatch],
-    weights: list[float],
-    logps: tuple[list[torch.Tensor | None], list[torch.Tensor | None]],
-    objective: Objective,
-    normalizers: dict[str, int],
-    shard: Shard | None,
-    *,
-    first: bool,
-    share_prompt: bool,
-) -> list[tuple[MicroStats | None, torch.Tensor]]:
-    """Forward and backward every micro-batch: per pass its statistics (None for a filler
-    pass) and its detached log-probs (π_old's, on the first iteration)."""
-    no_sync = shard.no_sync if shard is not None else None
-    passes = []
-    for index, micro in enumerate(micro_batches):
-        # Gradients are summed across processes once, in the step's last backward.
-        local_only = no_sync is not None and index < len(micro_batches) - 1
-        old_logps, reference_logps = logps
-        with no_sync() if local_only else contextlib.nullcontext():
-            passes.append(
-                _micro_step(
-                    policy,
-                    micro,
-                    (old_logps[index], reference_logps[index]),
-                    weights[index],
-                    first,
-                    objective,
-                    normalizers,
-                    share_prompt=share_prompt,
-                )
-            )
-    return passes
-
-
 def _optimizer_step(
-    optimization: Optimization, losses: list[float], shard: Shard | None
+    optimization: Optimization, losses: list[float], shard: StepSplit | None
 ) -> tuple[float, bool]:
     """Clip, then step, unless the loss or the gradient is not finite; the LR schedule
     steps either way. Returns the gradient norm before clipping and whether it stepped."""
@@ -223,10 +319,40 @@ def _micro_step(
     )
     if old_logp_BT is None:
         old_logp_BT = logp_BT.detach()
-    loss, stats, correction = surrogate_loss(
-        logp_BT, old_logp_BT, entropy_BT, micro, objective, normalizers, with_metrics=first
+    # The surrogate on π_prox = ``old_logp_BT`` (the learner's before the update): with the
+    # defaults (no sampler correction, off_policy "none", token ratios, no entropy bonus)
+    # exactly policy_loss. The ``sampler/*`` sums, with a correction on, describe the
+    # weight the loss used: under "decoupled" the behaviour weight times the correction's
+    # rejection, under "sampler" the rejection alone.
+    mask_BT, settings = micro.completion_mask_BT, objective.correction
+    correction: dict[str, float] = {}
+    sampler_logp_BT = micro.sampler_logp_BT.to(logp_BT.device)  # π_behav
+    terms = off_policy_terms(
+        logp_BT, old_logp_BT, sampler_logp_BT, mask_BT, objective.off_policy, settings
     )
-    mask_BT = micro.completion_mask_BT
+    if first and terms.correction is not None:
+        correction = correction_sums(
+            terms.correction, old_logp_BT, sampler_logp_BT, mask_BT, settings
+        )
+    clip_low, clip_high = objective.clip_range
+    loss, stats = policy_loss(
+        logp_BT,
+        terms.anchor_logp_BT,
+        micro.advantages_BT,
+        mask_BT,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        aggregation=objective.aggregation,
+        ratio_level=objective.ratio_level,
+        weights_BT=terms.weights_BT,
+        **normalizers,
+    )
+    if objective.entropy_coef > 0:
+        if entropy_BT is None:
+            raise ValueError("the entropy bonus needs the policy's entropy (with_entropy=True)")
+        # The masked token mean over the whole step (step-wide token count).
+        bonus = aggregate(entropy_BT, mask_BT, "token", num_tokens=normalizers["num_tokens"])
+        loss = loss - objective.entropy_coef * bonus
     kl = None
     if objective.beta > 0:
         kl_BT = kl_penalty(logp_BT, reference_logp_BT, objective.kl_kind)
@@ -286,3 +412,94 @@ def _reference_logprobs(
             share_prompt=share_prompt,
         )
     return logp_BT.clone() if frozen else logp_BT  # a clone outside inference mode is normal
+
+
+# What an update measured. Every metric is this process's part of the whole step's value,
+# so that processes' parts combine by the metric table (grpo.log.metric_table): token
+# shares add up (value · tokens / step tokens), extremes take the min or max, and the loss
+# adds up because each micro-batch's loss already carries the step's normalizers.
+
+
+@dataclass(frozen=True)
+class MicroStats:
+    """One micro-batch pass (a real one: filler passes return none)."""
+
+    loss: float  # with the KL term
+    kl: float | None  # None when β = 0
+    clip_frac_low: float
+    clip_frac_high: float
+    ratio_min: float
+    ratio_max: float
+    tokens: float  # completion tokens the model wrote in the micro-batch
+    entropy_sum: float | None = None  # first iteration only: Σ entropy over its tokens
+    gap_sum: float | None = None  # first iteration only: Σ |log π_sampler − log π_old|
+    correction: dict[str, float] = field(default_factory=dict)  # sampler/… sums (first)
+
+
+def fold_update(
+    first: list[MicroStats],
+    last: list[MicroStats],
+    grad_norms: list[float],
+    skipped: int,
+    *,
+    num_tokens: int,
+    correction_keys: bool,
+    use_kl: bool,
+) -> dict[str, float]:
+    """The update's metrics from its first and last iterations' micro-batches and each
+    optimizer step's gradient norm (their mean). Every key is present even when this
+    process ran only filler passes, with neutral values."""
+    token_total = max(num_tokens, 1)
+    totals: dict[str, float] = {
+        "loss": 0.0,
+        "clip_frac_low": 0.0,
+        "clip_frac_high": 0.0,
+        "ratio_min": math.inf,
+        "ratio_max": -math.inf,
+        "entropy": 0.0,
+        "sampler_logp_gap": 0.0,
+        "grad_norm": 0.0,
+        "skipped_updates": float(skipped),
+        **(_correction_start() if correction_keys else {}),
+    }
+    if use_kl:
+        totals["kl"] = 0.0
+    for stats in last:
+        totals["loss"] += stats.loss
+        if stats.kl is not None:
+            totals["kl"] += stats.kl
+        totals["clip_frac_low"] += stats.clip_frac_low * stats.tokens / token_total
+        totals["clip_frac_high"] += stats.clip_frac_high * stats.tokens / token_total
+        totals["ratio_min"] = min(totals["ratio_min"], stats.ratio_min)
+        totals["ratio_max"] = max(totals["ratio_max"], stats.ratio_max)
+    for stats in first:
+        totals["entropy"] += stats.entropy_sum / token_total
+        totals["sampler_logp_gap"] += stats.gap_sum / token_total
+        _add_correction(totals, stats.correction, token_total)
+    for grad_norm in grad_norms:
+        totals["grad_norm"] += grad_norm / len(grad_norms)
+    totals["clip_frac"] = totals["clip_frac_low"] + totals["clip_frac_high"]
+    return totals
+
+
+def _correction_start() -> dict[str, float]:
+    """The correction's keys with neutral starting values (a run without a correction logs
+    none of them)."""
+    keys = ("kl_k3", "is_ratio_mean", "is_weight_mean", "masked_frac", "capped_frac")
+    totals = {f"sampler/{key}": 0.0 for key in keys}
+    for name in ("is_ratio", "is_weight"):
+        totals[f"sampler/{name}_min"] = math.inf
+        totals[f"sampler/{name}_max"] = -math.inf
+    return totals
+
+
+def _add_correction(totals: dict[str, float], sums: dict[str, float], tokens: int) -> None:
+    """One micro-batch's ``sampler/…`` sums, combined as processes' parts are."""
+    for key, value in sums.items():
+        rule = metric(key).over_processes
+        if rule is Reduce.MIN:
+            totals[key] = min(totals[key], value)
+        elif rule is Reduce.MAX:
+            totals[key] = max(totals[key], value)
+        else:
+            totals[key] += value / tokens

@@ -35,14 +35,14 @@ import torch
 import torch.multiprocessing as mp
 
 from grpo.config.errors import UserCodeError
-from grpo.training.rollout_worker import WorkerSpec, build_worker, load_weights, serve
-from grpo.training.rounds import Request, Result
-from grpo.training.worker_pool import (
-    RolloutWorkerError,
+from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult
+from grpo.rounds.workers.pool import (
     WeightStore,
+    WorkerError,
     allow_restart,
     unanswered,
 )
+from grpo.rounds.workers.worker import WorkerSpec, build_worker, load_weights, serve
 
 HEARTBEAT_S = 0.5
 SILENCE_S = 60.0  # a heartbeat this late means a stopped process, whatever the request timeout
@@ -80,7 +80,7 @@ def worker_main(
         if message[0] == "weights":
             load_weights(state, message[1], message[2])
             continue
-        request: Request = message[1]
+        request: ChunkRequest = message[1]
         busy_since.value = time.time()
         try:
             result = serve(state, request)
@@ -132,8 +132,8 @@ class LocalPool:
         self._spec, self._timeout_s, self._max_restarts = spec, timeout_s, max_restarts
         self._arrivals: queue.SimpleQueue = queue.SimpleQueue()  # every worker's messages
         self._weights = WeightStore()
-        self._outstanding: dict[int, tuple[int, Request]] = {}  # number → (worker, request)
-        self._early: list[Result] = []  # read while checking a dead worker's last words
+        self._outstanding: dict[int, tuple[int, ChunkRequest]] = {}  # number → (worker, request)
+        self._early: list[ChunkResult] = []  # read while checking a dead worker's last words
         self.restarts = 0
         self._handles: list[_Handle] = []
         for index in range(workers):
@@ -178,11 +178,11 @@ class LocalPool:
         for handle in self._handles:
             handle.inbox.put(("weights", weights, version))
 
-    def submit(self, worker: int, request: Request) -> None:
+    def submit(self, worker: int, request: ChunkRequest) -> None:
         self._outstanding[request.number] = (worker, request)
         self._handles[worker].inbox.put(("request", request))
 
-    def poll(self, timeout_s: float) -> list[Result]:
+    def poll(self, timeout_s: float) -> list[ChunkResult]:
         """The results that arrive within ``timeout_s`` (at least one unless it runs out);
         dead or hung workers found meanwhile are restarted."""
         deadline = time.monotonic() + timeout_s
@@ -198,19 +198,19 @@ class LocalPool:
                 break
         return results
 
-    def _handle(self, message: tuple[Any, ...]) -> list[Result]:
+    def _handle(self, message: tuple[Any, ...]) -> list[ChunkResult]:
         if message[0] == "user_error":
             raise message[3]
         if message[0] == "error":
             _, index, number, text = message
             what = "starting" if number is None else f"on request {number}"
-            raise RolloutWorkerError(f"rollout worker {index} failed {what}:\n{text}")
+            raise WorkerError(f"rollout worker {index} failed {what}:\n{text}")
         if message[0] == "unreadable":
             _, index, text = message
-            raise RolloutWorkerError(
+            raise WorkerError(
                 f"rollout worker {index} sent a message the learner cannot read:\n{text}"
             )
-        result: Result = message[1]
+        result: ChunkResult = message[1]
         if self._outstanding.pop(result.request.number, None) is None:
             return []  # answered twice: a restarted worker's request, answered before its end
         return [result]

@@ -1,5 +1,5 @@
 """The seam between the learner and its rollout workers: :class:`WorkerPool`, which the
-local-process (:mod:`grpo.training.local_pool`) and Ray (:mod:`grpo.training.ray_pool`)
+local-process (:mod:`grpo.rounds.workers.local_pool`) and Ray (:mod:`grpo.rounds.workers.ray_pool`)
 backends implement, and what both share."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Protocol
 
 import torch
 
-from grpo.training.rounds import Request, Result
+from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult
 
 
-class RolloutWorkerError(RuntimeError):
+class WorkerError(RuntimeError):
     """A rollout worker failed for good: its error, or too many restarts."""
 
 
@@ -27,12 +27,12 @@ class WorkerPool(Protocol):
         """Every worker takes ``weights`` (all, or the trainable ones) as ``version`` between
         its requests: those submitted after this call sample with it."""
 
-    def submit(self, worker: int, request: Request) -> None:
+    def submit(self, worker: int, request: ChunkRequest) -> None:
         """Queue ``request`` on ``worker``; answered once, even across a restart."""
 
-    def poll(self, timeout_s: float) -> list[Result]:
+    def poll(self, timeout_s: float) -> list[ChunkResult]:
         """The results that arrive within ``timeout_s``; faults are handled (restart) or
-        raised (:class:`RolloutWorkerError`) meanwhile."""
+        raised (:class:`WorkerError`) meanwhile."""
 
     def close(self) -> None:
         """Stop every worker; nothing is left running. Idempotent."""
@@ -55,13 +55,13 @@ def allow_restart(index: int, why: str, restarts: int, limit: int) -> None:
     """Say that worker ``index`` restarts because ``why``; past ``limit`` restarts over the
     run, fail instead, naming the worker and why."""
     if restarts >= limit:
-        raise RolloutWorkerError(
+        raise WorkerError(
             f"rollout worker {index} {why}; {restarts} restarts already, "
             f"rollout.max_worker_restarts = {limit}"
         )
     print(f"grpo: rollout worker {index} {why}; restarting it", flush=True)
 
 
-def unanswered(outstanding: dict[int, tuple[int, Request]], index: int) -> list[Request]:
+def unanswered(outstanding: dict[int, tuple[int, ChunkRequest]], index: int) -> list[ChunkRequest]:
     """Worker ``index``'s unanswered requests, in the order they were issued."""
     return [outstanding[n][1] for n in sorted(outstanding) if outstanding[n][0] == index]

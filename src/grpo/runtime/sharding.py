@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from grpo.models.wrappers import base_model
-from grpo.training.runtime.distributed import Dist
+from grpo.runtime.distributed import Dist
 
 
 def _sum_gradients_hook(state, bucket):  # unannotated: DDP checks the annotations

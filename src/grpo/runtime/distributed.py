@@ -108,7 +108,7 @@ class Dist:
         gathered_WK = self.all_gather_rows(local)
         return {key: gathered_WK[:, k].tolist() for k, key in enumerate(keys)}
 
-    def all_done(self, done: bool) -> bool:
+    def all_agree(self, done: bool) -> bool:
         """True when ``done`` is true on every process (one all-reduce)."""
         if not self.enabled:
             return done

@@ -1,5 +1,5 @@
 """Resuming a run: which checkpoint, loading it into the live run, and rewinding what a
-killed run wrote past it (see :mod:`grpo.training.runtime.checkpoint` for the layout)."""
+killed run wrote past it (see :mod:`grpo.runtime.checkpoint` for the layout)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from grpo.config import ConfigError
 from grpo.log.metrics import APPENDED_LOGS
-from grpo.training.runtime.checkpoint import (
+from grpo.runtime.checkpoint import (
     RUN_CONFIG,
     CheckpointError,
     checkpoints_dir,

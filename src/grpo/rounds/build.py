@@ -1,9 +1,11 @@
-"""Set-up of the rollout side: the engine, how it samples, the producer (single- or
-multi-turn) and what scores its rows, from the ``[rollout]``, ``[agent]`` and reward keys."""
+"""The rollout side built from the config, one builder for everyone who samples: training,
+the asynchronous rollout workers and ``grpo eval``. The engine, how it samples, the producer
+(single- or multi-turn) and what scores its rows, from the ``[rollout]``, ``[agent]`` and
+reward keys."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -13,8 +15,8 @@ from torch import nn
 from grpo.agents.chat import ChatFormat
 from grpo.agents.environment import resolve_environment
 from grpo.agents.parser import get_parser
-from grpo.agents.rollout import AgentSettings
 from grpo.agents.tools import resolve_tools, tool_schema
+from grpo.agents.trajectories import AgentSettings
 from grpo.config import AgentConfig, Config, DataConfig
 from grpo.data.dataset import PromptDataset
 from grpo.data.files import DataError
@@ -22,22 +24,24 @@ from grpo.eval.evaluate import run_accuracy_reward
 from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import SamplingParams, decode_completions
 from grpo.rollout.turns import TurnEngine
+from grpo.rounds.engines import rollout_engine
+from grpo.rounds.producers import MultiTurn, Producer, SingleTurn
+from grpo.rounds.source import RoundMaker
 from grpo.text.reasoning import phrase_pattern
-from grpo.training.engines import rollout_engine
-from grpo.training.producers import MultiTurn, Producer, SingleTurn
-from grpo.training.runtime.distributed import Dist
-from grpo.training.state import Rollouts
 
 
-def build_rollouts(
+def build_round_maker(
     config: Config,
     policy: nn.Module,
     tokenizer: Any,
     dataset: PromptDataset,
     rewards: list[RewardFunction],
-    dist: Dist,
     device: torch.device,
-) -> Rollouts:
+    all_agree: Callable[[bool], bool] | None = None,
+) -> RoundMaker:
+    """The producer on ``policy``, its engine and noise generator, and the rewards and
+    shaping its rows are scored with. ``all_agree``: FSDP's lockstep (see
+    :func:`~grpo.rounds.engines.rollout_engine`)."""
     rollout_cfg = config.rollout
     sampling = SamplingParams(
         temperature=rollout_cfg.temperature,
@@ -46,7 +50,7 @@ def build_rollouts(
         max_new_tokens=rollout_cfg.max_new_tokens,
         stop_strings=tuple(rollout_cfg.stop_strings),
     )
-    engine = rollout_engine(config, policy, tokenizer, dist)
+    engine = rollout_engine(config, policy, tokenizer, all_agree)
     # The same seed in every process: the sampling noise is drawn for the whole step.
     generator = torch.Generator(device=device).manual_seed(config.train.seed)
     producer: Producer
@@ -59,7 +63,7 @@ def build_rollouts(
         decode = partial(decode_completions, tokenizer)
         producer = SingleTurn(engine, sampling, generator, dataset, decode)
     accuracy = run_accuracy_reward(rewards, config.agent)  # maybe the environment's reward
-    return Rollouts(
+    return RoundMaker(
         producer=producer,
         engine=engine,
         generator=generator,

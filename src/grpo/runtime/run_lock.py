@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo.training.runtime.distributed import Dist
+from grpo.runtime.distributed import Dist
 
 LOCK_FILE = "grpo.lock"
 NO_OS_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}  # the filesystem has no flock

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from grpo.agents.replies import Opening, Row, open_prompts, reply_to_turn
+from grpo.agents.replies import Opening, TurnState, open_prompts, reply_to_turn
 from grpo.agents.settings import AgentSettings
 from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import Rollout, RolloutRequest, SamplingParams
@@ -47,11 +47,11 @@ ERROR_KINDS = (
     "environment",
 )
 
-__all__ = ["ENVIRONMENT_REWARD", "AgentRollout", "AgentSettings", "agent_rollout"]
+__all__ = ["ENVIRONMENT_REWARD", "AgentSettings", "TrajectoryBlock", "run_trajectories"]
 
 
 @dataclass
-class AgentRollout:
+class TrajectoryBlock:
     """A block's trajectories and what the rewards, metrics and logs need of them."""
 
     rollout: Rollout
@@ -85,7 +85,7 @@ class AgentRollout:
         }
 
 
-def agent_rollout(
+def run_trajectories(
     engine: TurnEngine,
     records: list[dict[str, Any]],
     group_size: int,
@@ -94,7 +94,7 @@ def agent_rollout(
     rows: range,
     settings: AgentSettings,
     names: list[str] | None = None,
-) -> AgentRollout:
+) -> TrajectoryBlock:
     """Rows ``rows`` of the step's len(records)·G multi-turn trajectories. Only the prompts
     of these rows are opened (their environments created and reset); ``names[i]`` is how
     an error names record i (its dataset file and row)."""
@@ -156,8 +156,8 @@ def _rows(
     group_size: int,
     names: list[str],
     counts: dict[str, float],
-) -> list[Row]:
-    """One :class:`Row` per row of the block, each with its own copy of the environment."""
+) -> list[TurnState]:
+    """One :class:`TurnState` per row of the block, each with its own copy of the environment."""
     taken = dict.fromkeys(openings, 0)
     states = []
     for row in rows:
@@ -168,7 +168,7 @@ def _rows(
             environment = opening.environments[taken[index]]
         taken[index] += 1
         name = f"{names[index]}, trajectory {row % group_size + 1} of {group_size}"
-        state = Row(
+        state = TurnState(
             Trajectory(prompt_ids[index]), list(opening.messages), list(opening.authors),
             environment, name,
         )  # fmt: skip
@@ -188,7 +188,7 @@ def _breaks_prefix(context: list[int] | None, trajectory: Trajectory) -> bool:
     return context[: len(prompt)] != prompt or context[len(prompt) :] != trajectory.ids
 
 
-def _insert(state: Row, new: list[dict[str, Any]], settings: AgentSettings) -> list[int]:
+def _insert(state: TurnState, new: list[dict[str, Any]], settings: AgentSettings) -> list[int]:
     """Append the answering messages to the row; their ids, as the model will read them
     (after the end-of-turn token, inserted first when the model's turn lacks it)."""
     authors = ["tool" if m["role"] == "tool" else "environment" for m in new]
@@ -202,8 +202,8 @@ def _insert(state: Row, new: list[dict[str, Any]], settings: AgentSettings) -> l
 
 
 def _result(
-    states: list[Row], counts: dict[str, float], engine: TurnEngine, settings: AgentSettings
-) -> AgentRollout:
+    states: list[TurnState], counts: dict[str, float], engine: TurnEngine, settings: AgentSettings
+) -> TrajectoryBlock:
     trajectories = [state.trajectory for state in states]
     rollout = assemble_trajectories(trajectories, engine.pad_token_id, engine.device)
     model_tokens = sum(t.model_tokens for t in trajectories)
@@ -218,7 +218,7 @@ def _result(
         "agent/tool/seconds": counts["seconds"],
         **{f"agent/{kind}/errors": counts[kind] for kind in ERROR_KINDS},
     }
-    return AgentRollout(
+    return TrajectoryBlock(
         rollout=rollout,
         completions=["\n".join(s.turns) for s in states],
         conversations=[
@@ -259,5 +259,5 @@ def _environment_reward(
 
 
 # Scored with the configured rewards when an environment is set (weight 1 in the total);
-# logged as reward/environment/… like any reward. Its column: AgentRollout.env_reward.
+# logged as reward/environment/… like any reward. Its column: TrajectoryBlock.env_reward.
 ENVIRONMENT_REWARD = RewardFunction(name="environment", fn=_environment_reward)

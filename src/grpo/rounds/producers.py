@@ -3,10 +3,10 @@
 Two producers stand behind one interface, :class:`Producer`: :class:`SingleTurn` samples G
 completions per prompt from a :class:`~grpo.rollout.engine.RolloutEngine`, and
 :class:`MultiTurn` rolls out conversations with tools and an environment
-(:func:`~grpo.agents.rollout.agent_rollout`) on a :class:`~grpo.rollout.turns.TurnEngine`.
-Each returns one :class:`~grpo.training.rounds.ProducedRound`; the generate stage only
-scores and gathers it. A producer holds its engine, its sampling settings and the noise
-generator; it draws nothing else at random.
+(:func:`~grpo.agents.trajectories.run_trajectories`) on a
+:class:`~grpo.rollout.turns.TurnEngine`. Each returns one :class:`ProducedRound`; the round
+source (:mod:`grpo.rounds.source`) scores and gathers it. A producer holds its engine, its
+sampling settings and the noise generator; it draws nothing else at random.
 """
 
 from __future__ import annotations
@@ -17,11 +17,26 @@ from typing import Any, Protocol
 
 import torch
 
-from grpo.agents.rollout import ENVIRONMENT_REWARD, AgentSettings, agent_rollout
+from grpo.agents.trajectories import ENVIRONMENT_REWARD, AgentSettings, run_trajectories
 from grpo.data.dataset import PromptDataset
-from grpo.rollout.engine import Rollout, RolloutEngine, SamplingParams
+from grpo.rewards.runner import RewardFunction
+from grpo.rollout.engine import Rollout, RolloutEngine, RolloutRequest, SamplingParams
 from grpo.rollout.turns import TurnEngine
-from grpo.training.rounds import ProducedRound
+
+
+@dataclass
+class ProducedRound:
+    """What a producer returns for one round: this process's rows, before scoring."""
+
+    rollout: Rollout
+    prompts: list[str]  # each row's prompt text
+    completions: list[str]  # each row's completion text (multi-turn: the model's turns)
+    columns: dict[str, list[Any]]  # what reward functions get beside prompts and completions
+    extra_rewards: list[RewardFunction]  # scored after the configured ones (an environment's)
+    skip_B: torch.Tensor | None  # bool: rows whose rewards must not count; None: none
+    metrics: dict[str, float]  # the producer's own, reduced by the metric table
+    inserted_tokens_B: torch.Tensor | None  # int64: tokens tools/environment inserted
+    failed_B: torch.Tensor | None = None  # bool: an environment failed; the total reward is 0
 
 
 class Producer(Protocol):
@@ -54,13 +69,9 @@ class SingleTurn:
 
     def produce(self, indices: list[int], group_size: int, rows: slice) -> ProducedRound:
         prompts, columns = _row_texts(self.dataset, indices, group_size, rows)
-        rollout = self.engine.generate(
-            [self.dataset.prompt_token_ids[i] for i in indices],
-            group_size,
-            self.sampling,
-            self.generator,
-            rows=rows,
-        )
+        prompt_ids = [self.dataset.prompt_token_ids[i] for i in indices]
+        request = RolloutRequest.block(prompt_ids, group_size, self.sampling, self.generator, rows)
+        rollout = self.engine.generate_rows(request)
         completions = self.decode(rollout.completion_ids_BT, rollout.completion_mask_BT)
         return ProducedRound(rollout, prompts, completions, columns, [], None, {}, None)
 
@@ -83,7 +94,7 @@ class MultiTurn:
         ]
         block = range(len(indices) * group_size)[rows]
         names = [dataset.where(i) for i in indices]
-        agent = agent_rollout(
+        agent = run_trajectories(
             self.engine,
             records,
             group_size,

@@ -1,5 +1,5 @@
 """Rollout workers as Ray actors (``rollout.backend = "ray"``), on this machine or spread
-over a cluster's nodes. The semantics are :class:`~grpo.training.local_pool.LocalPool`'s.
+over a cluster's nodes. The semantics are :class:`~grpo.rounds.workers.local_pool.LocalPool`'s.
 
 Ordering: an actor runs its method calls one at a time, in the order they were made (Ray's
 default for an actor without ``max_concurrency``), so a worker takes weights and requests in
@@ -28,7 +28,7 @@ reads the data and checkpoints.
 Logs: ``log_to_driver=False`` keeps the workers' output (per-actor lines from every node)
 out of the learner's console; it stays in the session's logs (``/tmp/ray/session_latest/
 logs`` on each node). What the learner needs reaches it anyway: a worker's error as a
-:class:`RolloutWorkerError` with its traceback (a user's code's as its own error),
+:class:`WorkerError` with its traceback (a user's code's as its own error),
 restarts as one line each. Ray's own INFO
 lines are muted (``logging_level=WARNING``); its warnings and cluster errors still show.
 """
@@ -52,14 +52,14 @@ except ImportError as error:
     raise ImportError("rollout.backend = 'ray' needs Ray: pip install 'grpo[ray]'") from error
 
 from grpo.config.errors import UserCodeError
-from grpo.training.rollout_worker import WorkerSpec, build_worker, load_weights, serve
-from grpo.training.rounds import Request, Result
-from grpo.training.worker_pool import RolloutWorkerError, WeightStore, allow_restart, unanswered
+from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult
+from grpo.rounds.workers.pool import WeightStore, WorkerError, allow_restart, unanswered
+from grpo.rounds.workers.worker import WorkerSpec, build_worker, load_weights, serve
 
 POLL_S = 0.5  # while poll waits, how often it looks for calls past timeout_s
 
 
-class RolloutActor:
+class WorkerActor:
     """One rollout worker inside a Ray actor (the process Ray gives it, on any node)."""
 
     def __init__(self, spec: WorkerSpec, index: int) -> None:
@@ -76,7 +76,7 @@ class RolloutActor:
         load_weights(self._state, weights, version)
         self._idle_since = time.perf_counter()
 
-    def serve(self, request: Request) -> Result:
+    def serve(self, request: ChunkRequest) -> ChunkResult:
         self._idle_s += time.perf_counter() - self._idle_since
         result = serve(self._state, request)
         result.idle_s, self._idle_s = self._idle_s, 0.0
@@ -148,10 +148,10 @@ class RayPool:
         self._owns_ray = connect(spec.config.rollout.ray_address)
         self._timeout_s, self._max_restarts = timeout_s, max_restarts
         self._options = actor_options(spec)
-        self._actor_class = ray.remote(RolloutActor)
+        self._actor_class = ray.remote(WorkerActor)
         self._spec = ray.put(spec)  # one copy for every start and restart
         self._weights = WeightStore()
-        self._outstanding: dict[int, tuple[int, Request]] = {}  # number → (worker, request)
+        self._outstanding: dict[int, tuple[int, ChunkRequest]] = {}  # number → (worker, request)
         self.restarts = 0
         self._workers: list[_Worker] = []
         try:
@@ -189,7 +189,7 @@ class RayPool:
         ref = worker.actor.load_weights.remote(weights, version)
         self._call(worker, _Call(ref, f"loading weights version {version}"))
 
-    def _send_request(self, worker: _Worker, request: Request) -> None:
+    def _send_request(self, worker: _Worker, request: ChunkRequest) -> None:
         ref = worker.actor.serve.remote(request)
         self._call(worker, _Call(ref, f"on request {request.number}", request.number))
 
@@ -200,15 +200,15 @@ class RayPool:
         for worker in self._workers:
             self._send_weights(worker, stored, version)
 
-    def submit(self, worker: int, request: Request) -> None:
+    def submit(self, worker: int, request: ChunkRequest) -> None:
         self._outstanding[request.number] = (worker, request)
         self._send_request(self._workers[worker], request)
 
-    def poll(self, timeout_s: float) -> list[Result]:
+    def poll(self, timeout_s: float) -> list[ChunkResult]:
         """The results that arrive within ``timeout_s`` (at least one unless it runs out);
         dead or hung workers found meanwhile are restarted."""
         deadline = time.monotonic() + timeout_s
-        results: list[Result] = []
+        results: list[ChunkResult] = []
         while True:
             wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
             refs = [call.ref for worker in self._workers for call in worker.calls]
@@ -222,9 +222,9 @@ class RayPool:
             if results or time.monotonic() >= deadline:
                 return results
 
-    def _collect(self, done: set[Any]) -> list[Result]:
+    def _collect(self, done: set[Any]) -> list[ChunkResult]:
         """The finished calls at the head of each worker's calls, in their order."""
-        results: list[Result] = []
+        results: list[ChunkResult] = []
         for index in range(len(self._workers)):
             worker = self._workers[index]
             while worker.calls and worker.calls[0].ref in done:
@@ -235,12 +235,12 @@ class RayPool:
                 except RayTaskError as error:
                     if isinstance(error.cause, UserCodeError):  # a reward or environment
                         raise error.cause from None
-                    raise RolloutWorkerError(
+                    raise WorkerError(
                         f"rollout worker {index} failed {call.what}:\n{_plain(error)}"
                     ) from error
                 except RayActorError as error:
                     if error.actor_init_failed:  # its build raised: no use starting it again
-                        raise RolloutWorkerError(
+                        raise WorkerError(
                             f"rollout worker {index} failed starting:\n{_plain(error)}"
                         ) from error
                     self._restart(index, f"died {call.what} ({_last_line(error)})")

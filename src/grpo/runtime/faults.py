@@ -112,4 +112,4 @@ class GracefulStop:
 
     def agreed(self, dist: Any) -> bool:
         """True on every process when any process received a signal (one all-reduce)."""
-        return not dist.all_done(self.received is None)
+        return not dist.all_agree(self.received is None)

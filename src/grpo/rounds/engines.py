@@ -6,6 +6,7 @@ import atexit
 import copy
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,7 +17,6 @@ from grpo.models.loading import eos_token_ids
 from grpo.models.names import ModelName, model_name
 from grpo.rollout.engine import RolloutEngine
 from grpo.rollout.hf_engine import TransformersEngine
-from grpo.training.runtime.distributed import Dist
 
 
 def check_engine_available(engine: str) -> None:
@@ -31,8 +31,14 @@ def check_engine_available(engine: str) -> None:
         raise ConfigError(str(error)) from None
 
 
-def rollout_engine(config: Config, policy: nn.Module, tokenizer: Any, dist: Dist) -> RolloutEngine:
-    """rollout.engine: the built-in sampler on the policy itself, or vLLM (GPU)."""
+def rollout_engine(
+    config: Config,
+    policy: nn.Module,
+    tokenizer: Any,
+    all_agree: Callable[[bool], bool] | None = None,
+) -> RolloutEngine:
+    """rollout.engine: the built-in sampler on the policy itself, or vLLM (GPU).
+    ``all_agree`` (FSDP: every process runs every forward) ANDs a flag over processes."""
     eos_ids = eos_token_ids(policy, tokenizer)
     if config.rollout.engine == "vllm":
         device = next(policy.parameters()).device
@@ -43,7 +49,7 @@ def rollout_engine(config: Config, policy: nn.Module, tokenizer: Any, dist: Dist
         eos_token_ids=eos_ids,
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
         max_sequences_per_batch=config.rollout.max_sequences_per_batch,
-        all_done=dist.all_done if dist.fsdp else None,
+        all_done=all_agree,
         compile=config.rollout.compile,
     )
 

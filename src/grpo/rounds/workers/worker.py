@@ -17,17 +17,16 @@ from torch import nn
 
 from grpo.config import Config
 from grpo.config.errors import UserCodeError, user_traceback
-from grpo.models.loading import load_policy, load_tokenizer, pick_device
+from grpo.data.dataset import load_dataset_for
+from grpo.models.loading import load_policy, load_tokenizer, pick_device, trainable_spec
 from grpo.models.weight_sync import load_synced
 from grpo.rewards.resolve import resolve_reward_functions
 from grpo.rewards.runner import RewardFunction
-from grpo.training.generate import produce_and_score
-from grpo.training.rounds import ProducedRound, Request, Result
-from grpo.training.runtime.distributed import Dist
-from grpo.training.setup import load_dataset_for
-from grpo.training.setup_learner import trainable_spec
-from grpo.training.setup_rollouts import build_rollouts
-from grpo.training.state import Rollouts
+from grpo.rounds.build import build_round_maker
+from grpo.rounds.producers import ProducedRound
+from grpo.rounds.source import RoundMaker, produce_and_score
+from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult
+from grpo.runtime.distributed import Dist
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class WorkerSpec:
 @dataclass
 class WorkerState:
     index: int
-    rollouts: Rollouts
+    maker: RoundMaker
     policy: nn.Module
     version: int = -1  # no weights from the learner yet
 
@@ -69,8 +68,8 @@ def build_worker(spec: WorkerSpec, index: int) -> WorkerState:
     dataset = load_dataset_for(
         config.data.train_path, tokenizer, config.data, agent=config.agent.enabled
     )
-    rollouts = build_rollouts(config, policy, tokenizer, dataset, rewards, Dist(), device)
-    return WorkerState(index, rollouts, policy)
+    maker = build_round_maker(config, policy, tokenizer, dataset, rewards, device)
+    return WorkerState(index, maker, policy)
 
 
 def _quiet() -> None:
@@ -85,15 +84,15 @@ def _quiet() -> None:
 def load_weights(state: WorkerState, weights: dict[str, torch.Tensor], version: int) -> None:
     """Take the learner's weights (all of them, or its trainable ones) as ``version``."""
     load_synced(state.policy, weights)
-    state.rollouts.engine.sync_weights(state.policy)
+    state.maker.engine.sync_weights(state.policy)
     state.version = version
 
 
-def serve(state: WorkerState, request: Request) -> Result:
+def serve(state: WorkerState, request: ChunkRequest) -> ChunkResult:
     """The request's rows, produced and scored, on CPU tensors ready to travel."""
     if state.version < 0:
         raise RuntimeError(f"rollout worker {state.index} got a request before any weights")
-    generator = state.rollouts.generator
+    generator = state.maker.generator
     if isinstance(request.noise, int):
         generator.manual_seed(request.noise)
     else:
@@ -101,12 +100,12 @@ def serve(state: WorkerState, request: Request) -> Result:
     seconds = {"rollout": 0.0, "reward": 0.0}
     try:
         produced, scores = produce_and_score(
-            state.rollouts, request.indices, request.group_size, request.rows, Dist(), seconds
+            state.maker, request.indices, request.group_size, request.rows, Dist(), seconds
         )
     except UserCodeError as error:  # its traceback stays here: the learner gets its text
         error.frames, error.full_traceback = user_traceback(error), traceback.format_exc()
         raise
-    return Result(
+    return ChunkResult(
         request=request,
         produced=_on_cpu(produced),
         scores=scores,

@@ -1,5 +1,6 @@
-"""The learner's side of asynchronous rollouts: which rounds to request and when, and the
-step's Generation from what came back.
+"""The learner's side of asynchronous rollouts (``rollout.mode = "async"``): which rounds
+to request and when, and the step's Generation from what came back, behind the loop's
+:class:`~grpo.rounds.source.RoundSource` interface.
 
 Versions count optimizer steps: weights published after step s are version s, and step s
 trains on its samples with the weights of version s − 1. A round sampled by version u and
@@ -20,36 +21,32 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import nn
 
 from grpo.data.sampler import PromptSampler
 from grpo.models.weight_sync import sync_bytes, weights_to_sync
-from grpo.rewards.runner import RewardScores
-from grpo.training.rounds import (
+from grpo.rounds.source import (
     Generation,
-    ProducedRound,
-    Request,
-    Result,
     Round,
+    RoundMaker,
+    assemble_round,
+    merge_rounds,
+    needs_another_round,
+)
+from grpo.rounds.workers.chunks import (
+    ChunkRequest,
+    ChunkResult,
     chunk_rows,
     chunks_within,
     join_chunks,
-    merge_rounds,
-    needs_another_round,
     request_seed,
 )
-from grpo.training.runtime.distributed import Dist
-from grpo.training.state import Rollouts
-from grpo.training.worker_pool import WorkerPool
+from grpo.rounds.workers.pool import WorkerPool
+from grpo.runtime.distributed import Dist
 
 POLL_S = 1.0
-
-# The generate stage's assembly of a round (grpo.training.generate.assemble_round, bound to
-# the run's Rollouts): (indices, G, produced, scores, dist) → Round.
-Assemble = Callable[[list[int], int, ProducedRound, RewardScores, Dist], Round]
 
 
 @dataclass(frozen=True)
@@ -71,14 +68,14 @@ class _Slot:
     step: int
     indices: list[int]
     numbers: list[int]  # its chunks' request numbers, in row order
-    results: dict[int, Result] = field(default_factory=dict)
+    results: dict[int, ChunkResult] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
         return len(self.results) == len(self.numbers)
 
 
-class Feeder:
+class AsyncRounds:
     """Requests rounds from a :class:`WorkerPool` ahead of the learner and hands each step
     its Generation; syncs the learner's weights to the workers (see the module docstring)."""
 
@@ -86,17 +83,17 @@ class Feeder:
         self,
         pool: WorkerPool | None,
         sampler: PromptSampler,
-        rollouts: Rollouts,
+        maker: RoundMaker,
         settings: AsyncSettings,
         *,
-        assemble: Assemble,
         dist: Dist,
         start_step: int,
         pending: list[list[int]],
         requests_issued: int = 0,
     ) -> None:
-        self._pool, self._sampler, self._rollouts, self._s = pool, sampler, rollouts, settings
-        self._assemble_round, self._dist = assemble, dist
+        self._pool, self._sampler, self._maker, self._s = pool, sampler, maker, settings
+        self._dist = dist
+        self._rows = 0  # the last step's rows, for async/samples_per_s
         self._threaded_noise = settings.max_staleness == 0 and settings.stale == "wait"
         self._published, self._trained, self._next_step = -1, start_step, start_step + 1
         self._slots: list[_Slot] = []  # requested and not yet trained on, in request order
@@ -115,8 +112,10 @@ class Feeder:
         self._publish(policy, self._trained, full=True)
         self._fill()
 
-    def after_update(self, step: int, policy: nn.Module) -> None:
+    def weights_changed(self, step: int, policy: nn.Module, *, updated: bool) -> None:
         """Step ``step`` is trained: sync when due, then request what the bound now allows."""
+        if updated:
+            self._maker.engine.sync_weights(policy)  # the learner's own engine (vLLM)
         self._trained = step
         if self._pool is None:
             return
@@ -135,7 +134,7 @@ class Feeder:
     # --- requests ----------------------------------------------------------------------
 
     def _fill(self) -> None:
-        """Request the first round of every step the staleness bound allows now."""
+        """ChunkRequest the first round of every step the staleness bound allows now."""
         k = self._s.max_staleness
         ahead = k + 1 if self._s.stale == "wait" else k + 2
         while self._next_step <= min(self._trained + ahead, self._s.last_step):
@@ -156,7 +155,7 @@ class Feeder:
             len(indices), self._s.group_size, self._pool.workers, self._dist.world_size
         )
         slot = _Slot(step, indices, [])
-        generator = self._rollouts.generator
+        generator = self._maker.generator
         for rows in chunks:
             number = self.requests_issued
             self.requests_issued += 1
@@ -165,14 +164,14 @@ class Feeder:
                 if self._threaded_noise
                 else request_seed(self._s.seed, number)
             )
-            request = Request(number, step, indices, self._s.group_size, rows, noise)
+            request = ChunkRequest(number, step, indices, self._s.group_size, rows, noise)
             self._pool.submit(self._rotation % self._pool.workers, request)
             self._rotation += 1
             slot.numbers.append(number)
             self._by_number[number] = slot
         self._slots.insert(0, slot) if front else self._slots.append(slot)
 
-    def checkpoint_state(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, object]:
         """What a resume needs: the prompts requested and not yet trained on, in request
         order (they are requested again first), and the request count (noise seeds)."""
         pending = [slot.indices for slot in self._slots] + [list(i) for i in self._replay]
@@ -180,8 +179,8 @@ class Feeder:
 
     # --- the step's generation ---------------------------------------------------------
 
-    def next_generation(self, step: int) -> tuple[Generation, dict[str, float]]:
-        """Step ``step``'s rounds, as the synchronous generate stage returns them. Under
+    def next_round(self, step: int) -> tuple[Generation, dict[str, float]]:
+        """Step ``step``'s rounds, as :class:`~grpo.rounds.source.SyncRounds` returns them. Under
         torchrun rank 0 holds the pool and sends every process the chunks of its rows."""
         started = time.perf_counter()
         if self._pool is not None:
@@ -191,14 +190,17 @@ class Feeder:
             rounds = [self._own_rows(indices, results) for indices, results in pieces]
         waited = time.perf_counter() - started
         self._add("async/learner_idle_s", waited)
-        generation = merge_rounds(rounds, self._rollouts.pad_token_id)
+        generation = merge_rounds(rounds, self._maker.pad_token_id)
+        self._rows = generation.results.reward_B.numel()
         return generation, {"rollout": waited, "reward": 0.0}
 
-    def _step_rounds(self, step: int) -> tuple[list[Round], list[tuple[list[int], list[Result]]]]:
+    def _step_rounds(
+        self, step: int
+    ) -> tuple[list[Round], list[tuple[list[int], list[ChunkResult]]]]:
         """The step's rounds whole (dropped ones requested again, refills requested as dynamic
         sampling asks), and each one's prompts and chunk results."""
         rounds: list[Round] = []
-        pieces: list[tuple[list[int], list[Result]]] = []
+        pieces: list[tuple[list[int], list[ChunkResult]]] = []
         while True:
             slot = next(s for s in self._slots if s.step == step)
             self._wait_for(slot)
@@ -217,12 +219,14 @@ class Feeder:
         self._metrics["async/in_flight"] = float(len(self._by_number))
         return rounds, pieces
 
-    def _own_rows(self, indices: list[int], results: list[Result]) -> Round:
+    def _own_rows(self, indices: list[int], results: list[ChunkResult]) -> Round:
         """This process's rows of a round, assembled with every process's results."""
         local_rows = self._dist.rows(len(indices) * self._s.group_size)
         local_results = chunks_within(results, local_rows)
-        produced, scores = join_chunks(local_results, self._rollouts.pad_token_id)
-        return self._assemble_round(indices, self._s.group_size, produced, scores, self._dist)
+        produced, scores = join_chunks(local_results, self._maker.pad_token_id)
+        return assemble_round(
+            self._maker, indices, self._s.group_size, produced, scores, self._dist
+        )
 
     def _wait_for(self, slot: _Slot) -> None:
         assert self._pool is not None
@@ -237,8 +241,8 @@ class Feeder:
     def _assemble(self, slot: _Slot, lags: list[int]) -> Round:
         results = [slot.results[n] for n in slot.numbers]
         if self._threaded_noise:  # the generator moves on as if this process had sampled
-            self._rollouts.generator.set_state(results[0].generator_state)
-        produced, scores = join_chunks(results, self._rollouts.pad_token_id)
+            self._maker.generator.set_state(results[0].generator_state)
+        produced, scores = join_chunks(results, self._maker.pad_token_id)
         for result, lag in zip(results, lags, strict=True):
             groups = (result.request.rows.stop - result.request.rows.start) // self._s.group_size
             self._add(f"async/groups_at_lag/{lag}", float(groups))
@@ -247,23 +251,28 @@ class Feeder:
             self._metrics["async/version_lag_max"] = max(
                 self._metrics.get("async/version_lag_max", 0.0), float(lag)
             )
-        return self._assemble_round(slot.indices, self._s.group_size, produced, scores, Dist())
+        return assemble_round(
+            self._maker, slot.indices, self._s.group_size, produced, scores, Dist()
+        )
 
     def _add(self, key: str, value: float) -> None:
         self._metrics[key] = self._metrics.get(key, 0.0) + value
 
-    def take_metrics(self) -> dict[str, float]:
-        """The ``async/*`` metrics since the previous call (one step's), then reset."""
+    def take_metrics(self, step_seconds: float) -> dict[str, float]:
+        """The ``async/*`` metrics since the previous call (one step's), then reset; rank 0
+        logs the pipeline's, every process the rows it trained on per second."""
         metrics, self._metrics = self._metrics, {}
         if self._pool is None:
-            return {}  # rank 0 logs the pipeline's metrics
-        groups = metrics.pop("async/_groups", 0.0)
-        lag_sum = metrics.pop("async/_lag_sum", 0.0)
-        metrics["async/version_lag_mean"] = lag_sum / groups if groups else 0.0
-        metrics["async/worker_restarts"] = float(self._pool.restarts)
-        zero_if_none = ("stale_waits", "stale_dropped", "worker_idle_s", "worker_busy_s")
-        for key in (f"async/{name}" for name in zero_if_none):
-            metrics.setdefault(key, 0.0)
+            metrics = {}
+        else:
+            groups = metrics.pop("async/_groups", 0.0)
+            lag_sum = metrics.pop("async/_lag_sum", 0.0)
+            metrics["async/version_lag_mean"] = lag_sum / groups if groups else 0.0
+            metrics["async/worker_restarts"] = float(self._pool.restarts)
+            zero_if_none = ("stale_waits", "stale_dropped", "worker_idle_s", "worker_busy_s")
+            for key in (f"async/{name}" for name in zero_if_none):
+                metrics.setdefault(key, 0.0)
+        metrics["async/samples_per_s"] = self._rows / step_seconds
         return metrics
 
     def close(self) -> None:
