@@ -226,7 +226,7 @@ def step_marks() -> list[tuple[Any, str, str]]:
     import grpo.training.update.policy as policy_module
     from grpo.log.metrics import MetricsLog
     from grpo.rollout.hf_engine import TransformersEngine
-    from grpo.rounds.producers import SingleTurn
+    from grpo.rounds.source import SingleTurn
 
     return [
         (loop, "_step", "step"),
@@ -234,7 +234,7 @@ def step_marks() -> list[tuple[Any, str, str]]:
         (SingleTurn, "produce", "rollout and decode to text"),
         (source_module, "score_completions", "rewards"),
         (source_module, "text_features", "text features"),
-        (source_module, "assemble_round", "gather, groups"),
+        (source_module, "gather_rows", "gather, groups"),
         (loop, "select_groups", "advantages, selection"),
         (loop, "record_step", "curriculum statistics"),
         (loop, "learn", "update"),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grpo.rollout.turns import Trajectory, TurnOutput, assemble_trajectories
-from grpo.rounds.source import RowResults, model_turn_lengths
+from grpo.rounds.source import model_turn_lengths, with_overlong_penalty
 
 
 def _trajectory(turns: list[int], inserted: list[int]) -> Trajectory:
@@ -40,42 +40,42 @@ def test_the_penalty_counts_the_longest_model_turn_only() -> None:
     )
     turn_length_B = model_turn_lengths(rollout)
     assert turn_length_B is not None and turn_length_B.tolist() == [7, 6, 10, 6]
-    results = RowResults(
-        reward_B=torch.ones(4),
-        skip_B=torch.zeros(4, dtype=torch.bool),
-        length_B=rollout.completion_mask_BT.sum(dim=1),
-        truncated_B=torch.zeros(4, dtype=torch.bool),
-        env_tokens_B=rollout.real_mask_BT.sum(dim=1) - rollout.completion_mask_BT.sum(dim=1),
-        turn_length_B=turn_length_B,
-    )
-    assert results.length_B.tolist() == [12, 18, 10, 6]  # totals: not what the cap is on
-    shaped = results.with_overlong_penalty(max_length=10, buffer=4, penalty=0.5)
-    assert shaped.overlong_penalty_B.tolist() == [-0.125, 0.0, -0.5, 0.0]
-    assert shaped.reward_B.tolist() == [0.875, 1.0, 0.5, 1.0]
+    results = {
+        "reward_B": torch.ones(4),
+        "skip_B": torch.zeros(4, dtype=torch.bool),
+        "length_B": rollout.completion_mask_BT.sum(dim=1),
+        "truncated_B": torch.zeros(4, dtype=torch.bool),
+        "env_tokens_B": rollout.real_mask_BT.sum(dim=1) - rollout.completion_mask_BT.sum(dim=1),
+        "turn_length_B": turn_length_B,
+    }
+    assert results["length_B"].tolist() == [12, 18, 10, 6]  # totals: not what the cap is on
+    shaped = with_overlong_penalty(results, max_length=10, buffer=4, penalty=0.5)
+    assert shaped["overlong_penalty_B"].tolist() == [-0.125, 0.0, -0.5, 0.0]
+    assert shaped["reward_B"].tolist() == [0.875, 1.0, 0.5, 1.0]
 
 
 def test_single_turn_rows_keep_their_completion_length() -> None:
-    results = RowResults(
-        reward_B=torch.zeros(2),
-        skip_B=torch.zeros(2, dtype=torch.bool),
-        length_B=torch.tensor([7, 10]),
-        truncated_B=torch.zeros(2, dtype=torch.bool),
-    )
-    shaped = results.with_overlong_penalty(max_length=10, buffer=4, penalty=1.0)
-    assert shaped.overlong_penalty_B.tolist() == [-0.25, -1.0]
+    results = {
+        "reward_B": torch.zeros(2),
+        "skip_B": torch.zeros(2, dtype=torch.bool),
+        "length_B": torch.tensor([7, 10]),
+        "truncated_B": torch.zeros(2, dtype=torch.bool),
+    }
+    shaped = with_overlong_penalty(results, max_length=10, buffer=4, penalty=1.0)
+    assert shaped["overlong_penalty_B"].tolist() == [-0.25, -1.0]
 
 
 def test_multi_turn_rows_without_their_turn_lengths_are_refused() -> None:
     """Their total model tokens against a one-turn cap would punish every long trajectory."""
-    results = RowResults(
-        reward_B=torch.zeros(1),
-        skip_B=torch.zeros(1, dtype=torch.bool),
-        length_B=torch.tensor([12]),
-        truncated_B=torch.zeros(1, dtype=torch.bool),
-        env_tokens_B=torch.tensor([20]),
-    )
+    results = {
+        "reward_B": torch.zeros(1),
+        "skip_B": torch.zeros(1, dtype=torch.bool),
+        "length_B": torch.tensor([12]),
+        "truncated_B": torch.zeros(1, dtype=torch.bool),
+        "env_tokens_B": torch.tensor([20]),
+    }
     with pytest.raises(ValueError, match="turn_length_B"):
-        results.with_overlong_penalty(max_length=10, buffer=4, penalty=1.0)
+        with_overlong_penalty(results, max_length=10, buffer=4, penalty=1.0)
 
 
 def test_a_produced_multi_turn_round_is_shaped_by_its_longest_model_turn(
@@ -94,8 +94,7 @@ def test_a_produced_multi_turn_round_is_shaped_by_its_longest_model_turn(
     from grpo.data.dataset import PromptDataset
     from grpo.rewards.runner import RewardFunction
     from grpo.rollout.engine import SamplingParams
-    from grpo.rounds.producers import MultiTurn
-    from grpo.rounds.source import RoundMaker, assemble_round, produce_and_score
+    from grpo.rounds.source import MultiTurn, RoundMaker, gather_rows, produce_and_score
     from grpo.runtime.distributed import Dist
 
     from .conftest import ScriptedEngine, ascii_tokenizer
@@ -116,12 +115,12 @@ def test_a_produced_multi_turn_round_is_shaped_by_its_longest_model_turn(
     dataset = PromptDataset("inline", ["1+2?"], [tokenizer("1+2?")["input_ids"]], {})
     producer = MultiTurn(engine, SamplingParams(max_new_tokens=80), None, dataset, settings)
     rewards = [RewardFunction(name="zero", fn=lambda prompts, completions, **_: [0.0] * 2)]
-    rollouts = RoundMaker(
+    maker = RoundMaker(
         producer, engine, torch.Generator(), rewards, None, 0, 80, 16, 1.0
     )  # max_new_tokens 80, overlong_buffer 16, overlong_penalty 1
     seconds = {"rollout": 0.0, "reward": 0.0}
-    produced, scores = produce_and_score(rollouts, [0], 2, slice(0, 2), Dist(), seconds)
-    assert produced.rollout.completion_mask_BT.sum(dim=1).tolist() == [72, 72]
-    round_ = assemble_round(rollouts, [0], 2, produced, scores, Dist())
-    assert round_.results.overlong_penalty_B.tolist() == [-0.375, -0.375]
-    assert round_.results.reward_B.tolist() == [-0.375, -0.375]
+    local = produce_and_score(maker, [0], 2, slice(0, 2), Dist(), seconds)
+    assert local.local_rollout.completion_mask_BT.sum(dim=1).tolist() == [72, 72]
+    round_ = gather_rows(maker, local, Dist())
+    assert round_.overlong_penalty_B.tolist() == [-0.375, -0.375]
+    assert round_.reward_B.tolist() == [-0.375, -0.375]

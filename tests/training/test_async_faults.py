@@ -89,7 +89,7 @@ def test_a_killed_worker_is_restarted_and_its_requests_answered_once(spec, weigh
         results = _answers(pool, {0, 1})
         assert pool.restarts == 1
         assert sorted(r.request.number for r in results) == [0, 1]  # each once
-        first, second = (r.produced.rollout.completion_ids_BT for r in results)
+        first, second = (r.rows.local_rollout.completion_ids_BT for r in results)
         assert torch.equal(first, second)  # the same weights and noise after the restart
         assert all(r.version == 0 for r in results)
     finally:
@@ -130,7 +130,7 @@ def test_a_worker_hung_while_sending_leaves_its_replacement_and_the_others_answe
         results = _answers(pool, {0, 1, 2})
         assert sorted(r.request.number for r in results) == [0, 1, 2]  # each once
         assert pool.restarts == 1
-        assert all(len(r.produced.columns["tests"][0]) == 65536 for r in results)
+        assert all(len(r.rows.local_columns["tests"][0]) == 65536 for r in results)
     finally:
         pool.close()
 

@@ -135,14 +135,16 @@ def request(
 def assert_same_rows(got: ChunkResult, want: ChunkResult, *, scores: bool = True) -> None:
     for name in ("prompt_ids_BP", "prompt_mask_BP", "completion_ids_BT", "completion_mask_BT"):
         assert torch.equal(
-            getattr(got.produced.rollout, name), getattr(want.produced.rollout, name)
+            getattr(got.rows.local_rollout, name), getattr(want.rows.local_rollout, name)
         )
-    assert torch.equal(got.produced.rollout.sampler_logp_BT, want.produced.rollout.sampler_logp_BT)
-    assert got.produced.completions == want.produced.completions
+    assert torch.equal(
+        got.rows.local_rollout.sampler_logp_BT, want.rows.local_rollout.sampler_logp_BT
+    )
+    assert got.rows.local_completions == want.rows.local_completions
     assert torch.equal(got.generator_state, want.generator_state)
     assert got.version == want.version
     if scores:
-        assert torch.equal(got.scores.total_B, want.scores.total_B)
+        assert torch.equal(got.rows.local_scores.total_B, want.rows.local_scores.total_B)
 
 
 def poll_all(pool: RayPool, count: int) -> list[ChunkResult]:
@@ -330,7 +332,7 @@ results = []
 while not results:
     results = pool.poll(60)
 pool.close()
-print("rows", results[0].produced.rollout.completion_ids_BT.shape[0])
+print("rows", results[0].rows.local_rollout.completion_ids_BT.shape[0])
 print("initialised after close", ray.is_initialized())
 """
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo.rounds.source import RowResults, text_features
+from grpo.rounds.source import text_features
 from grpo.text.reasoning import phrase_pattern
 from grpo.training.loop import reasoning_metrics
 
@@ -23,16 +23,13 @@ def test_text_features_per_completion() -> None:
 
 def test_reasoning_metrics_over_groups() -> None:
     # Two groups of G = 2: prompt estimates 0.2 (hard) and 0.9 (easy).
-    results = RowResults(
-        reward_B=torch.zeros(4),
-        skip_B=torch.zeros(4, dtype=torch.bool),
+    rows = SimpleNamespace(
         length_B=torch.tensor([12, 8, 3, 5]),
-        truncated_B=torch.zeros(4, dtype=torch.bool),
         has_think_B=torch.tensor([True, False, True, False]),
         think_chars_B=torch.tensor([40, 0, 10, 0]),
         self_correction_B=torch.tensor([True, False, False, False]),
     )
-    metrics = reasoning_metrics(SimpleNamespace(results=results), [0.2, 0.9], group_size=2)
+    metrics = reasoning_metrics(rows, [0.2, 0.9], group_size=2)
     assert metrics == pytest.approx(
         {
             "reasoning/len_hard": 10.0,

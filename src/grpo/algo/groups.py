@@ -1,14 +1,13 @@
 """The group rules, in one place: which groups carry a learning signal and which train.
 
 A step's B = N·G rows are N groups of G completions of one prompt each, row b in group
-b // G. :class:`Groups` is that (N, G) view, made once per generation round, with the two
-facts every later stage needs: zero variance (all rewards equal: advantage 0, no gradient)
-and skipped (a reward function failed on a row under ``on_error = "skip_group"``).
+b // G (the (N, G) view is ``rewards_B.view(-1, G)``). Two facts about each group are
+computed once per generation round (:class:`~grpo.rounds.source.ScoredRows` holds them):
+zero variance (all rewards equal: advantage 0, no gradient) and skipped (a reward function
+failed on a row under ``on_error = "skip_group"``).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
@@ -56,37 +55,3 @@ def first_groups(informative_N: torch.Tensor, count: int) -> torch.Tensor:
         tensor([ True, False,  True, False])
     """
     return informative_N & (informative_N.cumsum(dim=0) <= count)
-
-
-@dataclass(frozen=True)
-class Groups:
-    """N groups of G rows: their rewards and the group facts, computed once."""
-
-    rewards_NG: torch.Tensor  # float32
-    zero_variance_N: torch.Tensor  # bool: every reward of the group is equal
-    skipped_N: torch.Tensor  # bool: a reward of the group was not scored (skip_group)
-
-    @classmethod
-    def of(cls, rewards_B: torch.Tensor, skip_B: torch.Tensor, group_size: int) -> Groups:
-        """The (N, G) view of a round's rows, in generation order."""
-        rewards_NG = rewards_B.view(-1, group_size)
-        return cls(rewards_NG, zero_variance_groups(rewards_NG), skipped_groups(skip_B, group_size))
-
-    @property
-    def informative_N(self) -> torch.Tensor:
-        return informative_groups(self.zero_variance_N, self.skipped_N)
-
-    @property
-    def group_size(self) -> int:
-        return self.rewards_NG.shape[1]
-
-    @staticmethod
-    def cat(parts: list[Groups]) -> Groups:
-        """Rounds side by side, in generation order."""
-        if len(parts) == 1:
-            return parts[0]
-        return Groups(
-            torch.cat([p.rewards_NG for p in parts]),
-            torch.cat([p.zero_variance_N for p in parts]),
-            torch.cat([p.skipped_N for p in parts]),
-        )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo.algo.advantages import AdvantageScale, group_advantages
-from grpo.algo.groups import Groups, first_groups
+from grpo.algo.groups import first_groups, informative_groups
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class Selection:
 
 
 def select_groups(
-    groups: Groups,
+    rewards_NG: torch.Tensor,
+    zero_variance_N: torch.Tensor,
+    skipped_N: torch.Tensor,
     *,
     target_groups: int,
     scale: AdvantageScale,
@@ -36,19 +38,20 @@ def select_groups(
     critic_baseline: bool = False,
     drop_B: torch.Tensor | None = None,
 ) -> Selection:
-    """Advantages for every row and the groups that train (see the module docstring).
+    """Advantages for every row and the groups that train (see the module docstring), from
+    the (N, G) rewards and the group facts (:mod:`grpo.algo.groups`).
 
     ``drop_B`` (bool, B): rows left out of the loss although their group trains, e.g.
     truncated completions (DAPO's overlong filtering, TRL's ``mask_truncated_completions``);
     their rewards still count in the group's baseline."""
     advantages_B = group_advantages(
-        groups.rewards_NG, scale=scale, eps=eps, zero_variance_N=groups.zero_variance_N
+        rewards_NG, scale=scale, eps=eps, zero_variance_N=zero_variance_N
     ).view(-1)
     if critic_baseline:
-        trains_N = ~groups.skipped_N
+        trains_N = ~skipped_N
     else:
-        trains_N = first_groups(groups.informative_N, target_groups)
-    keep_B = trains_N.repeat_interleave(groups.group_size)
+        trains_N = first_groups(informative_groups(zero_variance_N, skipped_N), target_groups)
+    keep_B = trains_N.repeat_interleave(rewards_NG.shape[1])
     if drop_B is None:
         return Selection(advantages_B, trains_N, keep_B)
     dropped_B = keep_B & drop_B.to(keep_B.device)

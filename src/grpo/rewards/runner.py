@@ -80,6 +80,24 @@ class RewardScores:
     metrics: dict[str, float]
     errors: dict[str, list[str]] = field(default_factory=dict)  # name -> what was substituted
 
+    @staticmethod
+    def cat(parts: list[RewardScores], metrics: dict[str, float]) -> RewardScores:
+        """Blocks of rows side by side, in order; ``metrics`` are the caller's combination
+        of the parts' (blocks of one round combine like processes, rounds like rounds)."""
+        return RewardScores(
+            total_B=torch.cat([s.total_B for s in parts]),
+            per_function={
+                name: torch.cat([s.per_function[name] for s in parts])
+                for name in parts[0].per_function
+            },
+            skip_B=torch.cat([s.skip_B for s in parts]),
+            metrics=metrics,
+            errors={
+                name: [e for s in parts for e in s.errors.get(name, [])]
+                for name in {name for s in parts for name in s.errors}
+            },
+        )
+
 
 # --- calling ---------------------------------------------------------------------------
 

@@ -25,8 +25,7 @@ from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import SamplingParams, decode_completions
 from grpo.rollout.turns import TurnEngine
 from grpo.rounds.engines import rollout_engine
-from grpo.rounds.producers import MultiTurn, Producer, SingleTurn
-from grpo.rounds.source import RoundMaker
+from grpo.rounds.source import MultiTurn, Producer, RoundMaker, SingleTurn
 from grpo.text.reasoning import phrase_pattern
 
 

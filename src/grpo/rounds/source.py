@@ -1,12 +1,17 @@
 """The source of scored rounds: what the loop asks for each step's rows.
 
 A **round** is N prompts × G rows drawn and sampled together (train.prompts_per_step
-prompts, split over processes like a step). A producer (:mod:`grpo.rounds.producers`) rolls
-out this process's rows of a round; they are scored here, every process's per-row results
-are gathered, and the groups formed. With DAPO's dynamic sampling (Yu et al. 2025) rounds
-repeat until the step has enough groups with reward variance; the rounds are then merged
-into one :class:`Generation`, in generation order: round after round, each round's rows in
-order.
+prompts, split over processes like a step). A producer (:class:`SingleTurn` or
+:class:`MultiTurn`) rolls out this process's rows of a round; the rewards score them
+(:func:`produce_and_score`); every process's per-row results are then gathered and the
+groups formed (:func:`gather_rows`). With DAPO's dynamic sampling (Yu et al. 2025) rounds
+repeat until the step has enough groups with reward variance; the rounds are then joined
+(:meth:`ScoredRows.cat`), in generation order: round after round, each round's rows in order.
+
+One container carries the rows from the producer to the update's selection:
+:class:`ScoredRows`. The producer fills this process's rows (``local_*``), scoring fills
+``local_scores``, gathering fills every process's per-row results (``*_B``) and the group
+view (``*_N``).
 
 The loop reads a :class:`RoundSource`: :class:`SyncRounds` samples each round when the loop
 asks for it; :class:`~grpo.rounds.workers.feeder.AsyncRounds` hands over rounds that
@@ -18,31 +23,75 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from grpo.algo.groups import Groups
+from grpo.agents.trajectories import ENVIRONMENT_REWARD, AgentSettings, run_trajectories
+from grpo.algo.groups import informative_groups, skipped_groups, zero_variance_groups
 from grpo.algo.overlong import longest_run, overlong_penalty
+from grpo.data.dataset import PromptDataset
 from grpo.data.sampler import PromptSampler
 from grpo.log.metric_table import reduce_rounds
 from grpo.rewards.runner import RewardError, RewardFunction, RewardScores, score_completions
-from grpo.rollout.engine import Rollout, RolloutEngine, concat_rollouts
-from grpo.rounds.producers import ProducedRound, Producer
+from grpo.rollout.engine import (
+    Rollout,
+    RolloutEngine,
+    RolloutRequest,
+    SamplingParams,
+    concat_rollouts,
+)
+from grpo.rollout.turns import TurnEngine
 from grpo.runtime.distributed import Dist
 from grpo.text.reasoning import self_corrects, thinking_chars
 
+# Every process's per-row results, in the order they are gathered (float32, bool or int64:
+# gathering goes through float64, exact for all three).
+ROW_COLUMNS = (
+    "reward_B",
+    "skip_B",
+    "length_B",
+    "truncated_B",
+    "accuracy_B",
+    "overlong_penalty_B",
+    "has_think_B",
+    "think_chars_B",
+    "self_correction_B",
+    "env_tokens_B",
+    "turn_length_B",
+)
+
 
 @dataclass
-class RowResults:
-    """Per-row results of the whole round (or step), gathered from every process."""
+class ScoredRows:
+    """A round's rows, or a step's rounds joined: b rows on this process, B = N·G in all.
 
-    reward_B: torch.Tensor  # float32: the weighted total reward
-    skip_B: torch.Tensor  # bool: a reward was not scored (on_error = "skip_group")
-    length_B: torch.Tensor  # int64: completion tokens, EOS included
-    truncated_B: torch.Tensor  # bool: cut at max_new_tokens
+    Row b belongs to prompt ``indices[b // G]``. Fields are filled stage by stage and are
+    None until then: the producer's (``local_*``), scoring's (``local_scores``), gathering's
+    (``*_B`` and ``*_N``, the same on every process)."""
+
+    indices: list[int]  # the N prompts (dataset rows), the same in every process
+    group_size: int
+    # --- this process's rows, from the producer -------------------------------------
+    local_rollout: Rollout
+    local_prompts: list[str]  # each row's prompt text
+    local_completions: list[str]  # each row's completion text (multi-turn: the model's turns)
+    local_columns: dict[str, list[Any]]  # what reward functions get beside the texts
+    extra_rewards: list[RewardFunction]  # the producer's own (an environment's), scored last
+    local_skip_B: torch.Tensor | None  # bool: rows whose rewards must not count; None: none
+    local_failed_B: torch.Tensor | None  # bool: an environment failed; the total reward is 0
+    local_env_tokens_B: torch.Tensor | None  # int64: tokens tools/environment inserted
+    producer_metrics: dict[str, float]  # the producer's own (agent/…)
+    # --- this process's rows, scored -----------------------------------------------------
+    local_scores: RewardScores | None = None
+    # --- every process's rows, gathered (B) ----------------------------------------------
+    reward_B: torch.Tensor | None = None  # float32: the weighted total, shaped
+    skip_B: torch.Tensor | None = None  # bool: a reward was not scored (skip_group)
+    length_B: torch.Tensor | None = None  # int64: completion tokens, EOS included
+    truncated_B: torch.Tensor | None = None  # bool: cut at max_new_tokens
     accuracy_B: torch.Tensor | None = None  # the run's accuracy reward, when it has one
     overlong_penalty_B: torch.Tensor | None = None  # DAPO's shaping, already in reward_B
     has_think_B: torch.Tensor | None = None  # bool: the completion has a <think> block
@@ -50,99 +99,183 @@ class RowResults:
     self_correction_B: torch.Tensor | None = None  # bool: a self-correction phrase occurs
     env_tokens_B: torch.Tensor | None = None  # int64: tokens tools/environment inserted
     turn_length_B: torch.Tensor | None = None  # int64: multi-turn, the longest model turn
-
-    def with_overlong_penalty(self, max_length: int, buffer: int, penalty: float) -> RowResults:
-        """DAPO's overlong penalty (:func:`~grpo.algo.overlong.overlong_penalty`) added to
-        the reward, before advantages and the zero-variance test. Its length is the
-        completion's, or a multi-turn row's longest model turn (``max_length`` caps a turn)."""
-        if self.env_tokens_B is not None and self.turn_length_B is None:
-            raise ValueError("multi-turn rows need turn_length_B: their length cap is per turn")
-        lengths_B = self.length_B if self.turn_length_B is None else self.turn_length_B
-        penalty_B = overlong_penalty(lengths_B, max_length, buffer, penalty)
-        return dataclasses.replace(
-            self, reward_B=self.reward_B + penalty_B, overlong_penalty_B=penalty_B
-        )
-
-    def columns(self) -> dict[str, torch.Tensor]:
-        """The present fields by name (what a collective gathers)."""
-        return {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
-        }
-
-    @staticmethod
-    def cat(parts: list[RowResults]) -> RowResults:
-        if len(parts) == 1:
-            return parts[0]
-        return RowResults(
-            **{name: torch.cat([getattr(p, name) for p in parts]) for name in parts[0].columns()}
-        )
-
-
-def model_turn_lengths(rollout: Rollout) -> torch.Tensor | None:
-    """Per row of a multi-turn rollout, its longest model turn (CPU int64): the length the
-    overlong shaping caps; None for single-turn rows (their length is the completion's)."""
-    if rollout.attention_mask_BT is None:
-        return None
-    return longest_run(rollout.completion_mask_BT).cpu()
-
-
-@dataclass
-class Round:
-    """One round: its prompts, this process's rollout rows and their texts and scores, and
-    the whole round's per-row results and groups."""
-
-    indices: list[int]  # the N prompts (dataset rows), the same in every process
-    rollout: Rollout  # this process's rows
-    prompts: list[str]  # this process's rows' prompt texts
-    completions: list[str]  # … and completion texts
-    scores: RewardScores  # … and rewards
-    results: RowResults  # every process's rows
-    groups: Groups
-    metrics: dict[str, float] = field(default_factory=dict)  # the producer's (agent/…)
-    # this process's rows' columns (the producer's: a conversation, …), for the logs
-    columns: dict[str, list[Any]] = field(default_factory=dict)
+    # --- the group view (N) ---------------------------------------------------------------
+    zero_variance_N: torch.Tensor | None = None  # bool: every reward of the group is equal
+    skipped_N: torch.Tensor | None = None  # bool: a reward of the group was not scored
+    # --- a step's rounds joined -------------------------------------------------------------
+    rounds: int = 1
+    last: ScoredRows | None = field(default=None, repr=False)  # the final round; None: itself
 
     @property
     def rows(self) -> int:
-        """The round's rows over all processes: N·G."""
-        return self.results.reward_B.numel()
+        """Rows over all processes: N·G."""
+        return len(self.indices) * self.group_size
+
+    @property
+    def rewards_NG(self) -> torch.Tensor:
+        """The (N, G) view of the rewards: row b in group b // G."""
+        assert self.reward_B is not None, "gather_rows fills the rewards"
+        return self.reward_B.view(-1, self.group_size)
+
+    @property
+    def informative_N(self) -> torch.Tensor:
+        """Groups that carry a gradient: reward variance and no skipped reward."""
+        assert self.zero_variance_N is not None and self.skipped_N is not None
+        return informative_groups(self.zero_variance_N, self.skipped_N)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The reward runner's and the producer's metrics (a step's: reduced over rounds)."""
+        scores = self.local_scores.metrics if self.local_scores is not None else {}
+        return {**scores, **self.producer_metrics}
+
+    @property
+    def final_round(self) -> ScoredRows:
+        return self if self.last is None else self.last
+
+    @staticmethod
+    def cat(rounds: list[ScoredRows], pad_token_id: int) -> ScoredRows:
+        """A step's rounds as one, in generation order: every field side by side, this
+        process's rollout rows round after round; the metrics reduced over rounds by the
+        metric table; ``last`` is the final round."""
+        gathered = {
+            name: torch.cat([getattr(r, name) for r in rounds])
+            for name in (*ROW_COLUMNS, "zero_variance_N", "skipped_N")
+            if getattr(rounds[0], name) is not None
+        }
+        metrics = reduce_rounds([r.metrics for r in rounds])
+        return ScoredRows(
+            indices=[index for r in rounds for index in r.indices],
+            group_size=rounds[0].group_size,
+            local_rollout=concat_rollouts([r.local_rollout for r in rounds], pad_token_id),
+            local_prompts=[text for r in rounds for text in r.local_prompts],
+            local_completions=[text for r in rounds for text in r.local_completions],
+            local_columns=join_columns([r.local_columns for r in rounds]),
+            extra_rewards=rounds[0].extra_rewards,
+            local_skip_B=cat_optional([r.local_skip_B for r in rounds]),
+            local_failed_B=cat_optional([r.local_failed_B for r in rounds]),
+            local_env_tokens_B=cat_optional([r.local_env_tokens_B for r in rounds]),
+            producer_metrics={},
+            local_scores=RewardScores.cat([r.local_scores for r in rounds], metrics),
+            **gathered,
+            rounds=len(rounds),
+            last=rounds[-1],
+        )
 
 
-@dataclass
-class Generation:
-    """All rounds of a step as one, in generation order; ``last`` is the final round."""
-
-    indices: list[int]
-    rollout: Rollout  # this process's rows, round after round
-    results: RowResults
-    groups: Groups
-    reward_metrics: dict[str, float]  # the reward runner's and the producer's, per step
-    rounds: int
-    last: Round
+def join_columns(parts: list[dict[str, list]]) -> dict[str, list]:
+    return {name: [value for part in parts for value in part[name]] for name in parts[0]}
 
 
-def informative_count(rounds: list[Round]) -> int:
-    return sum(int(r.groups.informative_N.sum()) for r in rounds)
+def cat_optional(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    return None if any(p is None for p in parts) else torch.cat(parts)  # type: ignore[arg-type]
 
 
-def needs_another_round(rounds: list[Round], target_groups: int, max_rounds: int) -> bool:
+def needs_another_round(rounds: list[ScoredRows], target_groups: int, max_rounds: int) -> bool:
     """True while fewer than ``target_groups`` informative groups are in hand and the cap
     on rounds is not reached."""
-    return len(rounds) < max_rounds and informative_count(rounds) < target_groups
+    informative = sum(int(r.informative_N.sum()) for r in rounds)
+    return len(rounds) < max_rounds and informative < target_groups
 
 
-def merge_rounds(rounds: list[Round], pad_token_id: int) -> Generation:
-    """All rounds as one: prompts, per-row results and groups in generation order, this
-    process's rollout rows round after round."""
-    return Generation(
-        indices=[index for r in rounds for index in r.indices],
-        rollout=concat_rollouts([r.rollout for r in rounds], pad_token_id),
-        results=RowResults.cat([r.results for r in rounds]),
-        groups=Groups.cat([r.groups for r in rounds]),
-        reward_metrics=reduce_rounds([{**r.scores.metrics, **r.metrics} for r in rounds]),
-        rounds=len(rounds),
-        last=rounds[-1],
-    )
+# --- producers ----------------------------------------------------------------------------
+
+
+class Producer(Protocol):
+    """Rows ``rows`` of the len(indices)·G rows of a round on dataset prompts ``indices``.
+
+    A producer holds its engine, its sampling settings and the noise generator; it draws
+    nothing else at random."""
+
+    dataset: PromptDataset  # the prompts' file and rows name a failure's row
+
+    def produce(self, indices: list[int], group_size: int, rows: slice) -> ScoredRows: ...
+
+
+def _row_texts(
+    dataset: PromptDataset, indices: list[int], group_size: int, rows: slice
+) -> tuple[list[str], dict[str, list[Any]]]:
+    """Each of the rows' prompt text and dataset columns (row b is prompt b // G)."""
+    row_prompts = [index for index in indices for _ in range(group_size)][rows]
+    prompts = [dataset.prompts[i] for i in row_prompts]
+    columns = {name: [values[i] for i in row_prompts] for name, values in dataset.columns.items()}
+    return prompts, columns
+
+
+@dataclass(frozen=True)
+class SingleTurn:
+    """One completion per row, sampled on the prompt's token ids."""
+
+    engine: RolloutEngine
+    sampling: SamplingParams
+    generator: torch.Generator  # the same seed in every process: noise for the whole round
+    dataset: PromptDataset
+    decode: Callable[[torch.Tensor, torch.Tensor], list[str]]  # (ids_BT, mask_BT) → texts
+
+    def produce(self, indices: list[int], group_size: int, rows: slice) -> ScoredRows:
+        prompts, columns = _row_texts(self.dataset, indices, group_size, rows)
+        prompt_ids = [self.dataset.prompt_token_ids[i] for i in indices]
+        request = RolloutRequest.block(prompt_ids, group_size, self.sampling, self.generator, rows)
+        rollout = self.engine.generate_rows(request)
+        completions = self.decode(rollout.completion_ids_BT, rollout.completion_mask_BT)
+        return ScoredRows(
+            indices, group_size, rollout, prompts, completions, columns, [], None, None, None, {}
+        )
+
+
+@dataclass(frozen=True)
+class MultiTurn:
+    """Multi-turn trajectories (:func:`~grpo.agents.trajectories.run_trajectories`) on a
+    :class:`~grpo.rollout.turns.TurnEngine`: the model's turns, tool results and
+    environment replies."""
+
+    engine: TurnEngine
+    sampling: SamplingParams
+    generator: torch.Generator
+    dataset: PromptDataset
+    settings: AgentSettings
+
+    def produce(self, indices: list[int], group_size: int, rows: slice) -> ScoredRows:
+        dataset = self.dataset
+        records = [
+            {"prompt": dataset.prompts[i], **{k: v[i] for k, v in dataset.columns.items()}}
+            for i in indices
+        ]
+        block = range(len(indices) * group_size)[rows]
+        names = [dataset.where(i) for i in indices]
+        agent = run_trajectories(
+            self.engine,
+            records,
+            group_size,
+            self.sampling,
+            self.generator,
+            block,
+            self.settings,
+            names,
+        )
+        prompts, columns = _row_texts(dataset, indices, group_size, rows)
+        extra = [ENVIRONMENT_REWARD] if self.settings.environment is not None else []
+        return ScoredRows(
+            indices,
+            group_size,
+            local_rollout=agent.rollout,
+            local_prompts=prompts,
+            local_completions=agent.completions,
+            local_columns=columns | agent.columns,
+            extra_rewards=extra,
+            local_skip_B=torch.tensor(agent.skip, dtype=torch.bool),
+            local_failed_B=torch.tensor(agent.failed, dtype=torch.bool),
+            local_env_tokens_B=inserted_tokens(agent.rollout),
+            producer_metrics=agent.block_metrics,
+        )
+
+
+def inserted_tokens(rollout: Rollout) -> torch.Tensor:
+    """Per row: the completion columns' tokens that tools and the environment inserted."""
+    return (rollout.real_mask_BT.sum(dim=1) - rollout.completion_mask_BT.sum(dim=1)).cpu()
+
+
+# --- the round source ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -165,7 +298,7 @@ class RoundMaker:
 class RoundSource(Protocol):
     """Where the loop gets each step's scored rounds, and whom it tells of new weights."""
 
-    def next_round(self, step: int) -> tuple[Generation, dict[str, float]]:
+    def next_round(self, step: int) -> tuple[ScoredRows, dict[str, float]]:
         """Step ``step``'s rounds as one, and the seconds spent on them (rollout, reward)."""
         ...
 
@@ -206,20 +339,18 @@ class SyncRounds:
             max_rounds,
         )
 
-    def next_round(self, step: int) -> tuple[Generation, dict[str, float]]:
+    def next_round(self, step: int) -> tuple[ScoredRows, dict[str, float]]:
         maker, dist, group_size = self.maker, self.dist, self.group_size
-        rounds: list[Round] = []
+        rounds: list[ScoredRows] = []
         seconds = {"rollout": 0.0, "reward": 0.0}
         while not rounds or needs_another_round(rounds, self.prompts_per_step, self.max_rounds):
             indices = self.sampler.next_indices(self.prompts_per_step)
             # This process produces and scores its block of the round's rows; the per-row
             # results are then gathered, so every process has the whole round's.
             local_rows = dist.rows(len(indices) * group_size)
-            produced, scores = produce_and_score(
-                maker, indices, group_size, local_rows, dist, seconds
-            )
-            rounds.append(assemble_round(maker, indices, group_size, produced, scores, dist))
-        return merge_rounds(rounds, maker.pad_token_id), seconds
+            local = produce_and_score(maker, indices, group_size, local_rows, dist, seconds)
+            rounds.append(gather_rows(maker, local, dist))
+        return ScoredRows.cat(rounds, maker.pad_token_id), seconds
 
     def weights_changed(self, step: int, policy: nn.Module, *, updated: bool) -> None:
         if updated:
@@ -235,6 +366,76 @@ class SyncRounds:
         pass
 
 
+def produce_and_score(
+    maker: RoundMaker,
+    indices: list[int],
+    group_size: int,
+    rows: slice,
+    dist: Dist,
+    seconds: dict[str, float],
+) -> ScoredRows:
+    """Rows ``rows`` of the round on prompts ``indices``, produced and scored; the seconds
+    each took are added to ``seconds`` (an asynchronous worker runs this alone)."""
+    started = time.perf_counter()
+    local = maker.producer.produce(indices, group_size, rows)
+    seconds["rollout"] += time.perf_counter() - started
+    started = time.perf_counter()
+    scores = _score(maker, local, dist, rows)
+    seconds["reward"] += time.perf_counter() - started
+    return dataclasses.replace(local, local_scores=scores)
+
+
+def gather_rows(maker: RoundMaker, local: ScoredRows, dist: Dist) -> ScoredRows:
+    """This process's scored rows of a round with every process's per-row results gathered,
+    the overlong shaping applied and the group view formed."""
+    rollout, scores, group_size = local.local_rollout, local.local_scores, local.group_size
+    assert scores is not None, "produce_and_score scores the rows first"
+    accuracy_B = scores.per_function[maker.accuracy_reward] if maker.accuracy_reward else None
+    columns = {
+        "reward_B": scores.total_B,
+        "skip_B": scores.skip_B,
+        "length_B": rollout.completion_mask_BT.sum(dim=1).cpu(),
+        "truncated_B": rollout.truncated_B.cpu(),
+        "accuracy_B": accuracy_B,
+        **text_features(local.local_completions, maker.self_correction),
+        "env_tokens_B": local.local_env_tokens_B,
+        "turn_length_B": model_turn_lengths(rollout),
+    }
+    gathered = dist.gather_columns({k: v for k, v in columns.items() if v is not None})
+    if maker.overlong_buffer > 0:  # on the whole round's rows: the same in every process
+        gathered = with_overlong_penalty(
+            gathered, maker.max_new_tokens, maker.overlong_buffer, maker.overlong_penalty
+        )
+    rewards_NG = gathered["reward_B"].view(-1, group_size)
+    return dataclasses.replace(
+        local,
+        **gathered,
+        zero_variance_N=zero_variance_groups(rewards_NG),
+        skipped_N=skipped_groups(gathered["skip_B"], group_size),
+    )
+
+
+def with_overlong_penalty(
+    columns: dict[str, torch.Tensor], max_length: int, buffer: int, penalty: float
+) -> dict[str, torch.Tensor]:
+    """DAPO's overlong penalty (:func:`~grpo.algo.overlong.overlong_penalty`) added to the
+    reward, before advantages and the zero-variance test. Its length is the completion's,
+    or a multi-turn row's longest model turn (``max_length`` caps a turn)."""
+    if "env_tokens_B" in columns and "turn_length_B" not in columns:
+        raise ValueError("multi-turn rows need turn_length_B: their length cap is per turn")
+    lengths_B = columns.get("turn_length_B", columns["length_B"])
+    penalty_B = overlong_penalty(lengths_B, max_length, buffer, penalty)
+    return {**columns, "reward_B": columns["reward_B"] + penalty_B, "overlong_penalty_B": penalty_B}
+
+
+def model_turn_lengths(rollout: Rollout) -> torch.Tensor | None:
+    """Per row of a multi-turn rollout, its longest model turn (CPU int64): the length the
+    overlong shaping caps; None for single-turn rows (their length is the completion's)."""
+    if rollout.attention_mask_BT is None:
+        return None
+    return longest_run(rollout.completion_mask_BT).cpu()
+
+
 def text_features(
     completions: list[str], pattern: re.Pattern[str] | None
 ) -> dict[str, torch.Tensor]:
@@ -248,93 +449,29 @@ def text_features(
     }
 
 
-def produce_and_score(
-    maker: RoundMaker,
-    indices: list[int],
-    group_size: int,
-    rows: slice,
-    dist: Dist,
-    seconds: dict[str, float],
-) -> tuple[ProducedRound, RewardScores]:
-    """Rows ``rows`` of the round on prompts ``indices``, produced and scored; the seconds
-    each took are added to ``seconds`` (an asynchronous worker runs this alone)."""
-    started = time.perf_counter()
-    produced = maker.producer.produce(indices, group_size, rows)
-    seconds["rollout"] += time.perf_counter() - started
-    started = time.perf_counter()
-    scores = _score(maker, produced, dist, indices, group_size, rows)
-    seconds["reward"] += time.perf_counter() - started
-    return produced, scores
-
-
-def assemble_round(
-    maker: RoundMaker,
-    indices: list[int],
-    group_size: int,
-    produced: ProducedRound,
-    scores: RewardScores,
-    dist: Dist,
-) -> Round:
-    """This process's scored rows of a round → the Round: every process's per-row results
-    gathered, the overlong shaping applied, the groups formed."""
-    rollout = produced.rollout
-    local = RowResults(
-        reward_B=scores.total_B,
-        skip_B=scores.skip_B,
-        length_B=rollout.completion_mask_BT.sum(dim=1).cpu(),
-        truncated_B=rollout.truncated_B.cpu(),
-        accuracy_B=scores.per_function[maker.accuracy_reward] if maker.accuracy_reward else None,
-        **text_features(produced.completions, maker.self_correction),
-        env_tokens_B=produced.inserted_tokens_B,
-        turn_length_B=model_turn_lengths(rollout),
-    )
-    results = RowResults(**dist.gather_columns(local.columns()))
-    if maker.overlong_buffer > 0:  # on the whole round's rows: the same in every process
-        results = results.with_overlong_penalty(
-            maker.max_new_tokens, maker.overlong_buffer, maker.overlong_penalty
-        )
-    groups = Groups.of(results.reward_B, results.skip_B, group_size)
-    return Round(
-        indices,
-        rollout,
-        produced.prompts,
-        produced.completions,
-        scores,
-        results,
-        groups,
-        produced.metrics,
-        produced.columns,
-    )
-
-
-def _score(
-    maker: RoundMaker,
-    produced: ProducedRound,
-    dist: Dist,
-    indices: list[int],
-    group_size: int,
-    rows: slice,
-) -> RewardScores:
+def _score(maker: RoundMaker, local: ScoredRows, dist: Dist, rows: slice) -> RewardScores:
     """The configured rewards (and the producer's own) on this process's rows; a reward
     that fails names the dataset file and row of the completion (and under torchrun the
     process)."""
-    rewards = [*maker.rewards, *produced.extra_rewards]
+    rewards = [*maker.rewards, *local.extra_rewards]
+    completions = local.local_completions
     try:
         scores = score_completions(
-            rewards, produced.prompts, produced.completions, produced.columns, produced.failed_B
+            rewards, local.local_prompts, completions, local.local_columns, local.local_failed_B
         )
     except RewardError as error:
         if error.row is None:
-            where = f"the whole call on the {len(produced.completions)} completions"
+            where = f"the whole call on the {len(completions)} completions"
         else:
             row = rows.start + error.row  # the round's row: prompt row // G, member row % G
+            group_size = local.group_size
             where = (
-                f"{maker.producer.dataset.where(indices[row // group_size])}, "
+                f"{maker.producer.dataset.where(local.indices[row // group_size])}, "
                 f"completion {row % group_size + 1} of {group_size}"
             )
         if dist.enabled:
             where = f"process {dist.rank}: {where}"
         raise error.at(where) from error.__cause__
-    if produced.skip_B is not None:
-        scores.skip_B |= produced.skip_B
+    if local.local_skip_B is not None:
+        scores.skip_B |= local.local_skip_B
     return scores

@@ -44,7 +44,7 @@ from grpo.log.metric_table import reduce_processes
 from grpo.models.compiled_trunk import trunk_compile_seconds
 from grpo.rewards.runner import RewardFunction
 from grpo.rounds.engines import check_engine_available
-from grpo.rounds.source import Generation
+from grpo.rounds.source import ScoredRows
 from grpo.runtime.checkpoint import latest_checkpoint
 from grpo.runtime.distributed import Dist, init_distributed, world_from_env
 from grpo.runtime.faults import GracefulStop, NonFiniteGuard
@@ -112,22 +112,22 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
     step, stopped_by = run.start_step, None
     for step in range(run.start_step + 1, settings.steps + 1):
         try:
-            metrics, generation, selection = _step(run, dist, step)
+            metrics, scored, selection = _step(run, dist, step)
         except UserCodeError as error:  # a reward or environment failed: say at which step
             error.step = step
             raise
         history.append({"step": step, **metrics})
         run.log.write(step, metrics)
-        last = generation.last  # the step's last rows; this process logs its own block
+        last = scored.final_round  # the step's last rows; this process logs its own block
         local_advantages_B = selection.advantages_B[-last.rows :][dist.rows(last.rows)]
         run.log.completions(
             step,
-            last.prompts,
-            last.completions,
-            last.scores,
+            last.local_prompts,
+            last.local_completions,
+            last.local_scores,
             local_advantages_B,
-            columns=last.columns,  # an agent run's conversations
-            rollout=last.rollout,  # the ids the update trained on (train.log_token_ids)
+            columns=last.local_columns,  # an agent run's conversations
+            rollout=last.local_rollout,  # the ids the update trained on (train.log_token_ids)
         )
         progress.update(step, metrics)
         updates = learner.objective.inner_iterations * int(selection.keep_B.any())
@@ -145,35 +145,36 @@ def _train(run: Run, dist: Dist, stop: GracefulStop) -> TrainResult:
     return _finish(run, dist, history, step, stopped_by, guard.healthy)
 
 
-def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation, Selection]:
+def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], ScoredRows, Selection]:
     """One step: generate → select → record the curriculum's statistics → update →
     metrics (and the held-out accuracy when due)."""
     settings, learner = run.settings, run.learner
     step_started = time.perf_counter()
     compiled_before = _compile_seconds(run)
-    generation, seconds = run.source.next_round(step)  # async: up to max_staleness old
-    groups = generation.groups
+    scored, seconds = run.source.next_round(step)  # async: up to max_staleness old
     selection = select_groups(
-        groups,
+        scored.rewards_NG,
+        scored.zero_variance_N,
+        scored.skipped_N,
         target_groups=settings.prompts_per_step,
         scale=settings.advantage_scale,
         eps=settings.advantage_eps,
         critic_baseline=learner.critic is not None,
-        drop_B=generation.results.truncated_B if settings.mask_truncated_completions else None,
+        drop_B=scored.truncated_B if settings.mask_truncated_completions else None,
     )
     # Difficulty as estimated before this step's outcomes, for reasoning/len_*.
-    estimated_N = run.sampler.estimated_success(generation.indices)
+    estimated_N = run.sampler.estimated_success(scored.indices)
     signal = record_step(  # the curriculum's per-prompt statistics
         run.sampler.stats,
-        generation.indices,
-        groups.rewards_NG,
-        generation.results.accuracy_B,
-        groups.zero_variance_N,
+        scored.indices,
+        scored.rewards_NG,
+        scored.accuracy_B,
+        scored.zero_variance_N,
         step,
     )
     signal.update(run.sampler.draw_metrics)  # the pooled curriculum's pre-screen, if on
     train_started = time.perf_counter()
-    update = learn(learner, generation, selection, dist)
+    update = learn(learner, scored, selection, dist)
     run.source.weights_changed(step, learner.policy, updated=bool(update))  # vLLM, workers
     times = {
         "time/rollout": seconds["rollout"],
@@ -185,20 +186,20 @@ def _step(run: Run, dist: Dist, step: int) -> tuple[dict[str, float], Generation
         times["time/compile"] = _compile_seconds(run) - compiled_before
     lr = learner.optimization.scheduler.get_last_lr()[0]
     metrics = step_metrics(
-        generation, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
+        scored, selection, signal=signal, update=update, times=times, lr=lr, dist=dist
     )
     if run.evaluate is not None and (
         step == settings.steps or (settings.eval_every and step % settings.eval_every == 0)
     ):
         metrics["eval/accuracy"] = run.evaluate(learner.policy)
     metrics.update(run.source.take_metrics(times["time/step"]))
-    metrics.update(accuracy(generation))
-    metrics.update(reasoning_metrics(generation, estimated_N, settings.group_size))
-    return metrics, generation, selection
+    metrics.update(accuracy(scored))
+    metrics.update(reasoning_metrics(scored, estimated_N, settings.group_size))
+    return metrics, scored, selection
 
 
 def learn(
-    learner: Learner, generation: Generation, selection: Selection, dist: Dist
+    learner: Learner, scored: ScoredRows, selection: Selection, dist: Dist
 ) -> dict[str, float]:
     """Update the policy on the selected rows; the update's metrics ({} when no group
     trains: then no optimizer step is due, but the LR schedule still steps μ times)."""
@@ -210,13 +211,13 @@ def learn(
                 optimization.scheduler.step()
         return {}
     keep_B, advantages_B = selection.keep_B, selection.advantages_B
-    length_B, reward_B = generation.results.length_B, generation.results.reward_B
-    if generation.rounds > 1:  # this process's rows of every round, side by side
+    length_B, reward_B = scored.length_B, scored.reward_B
+    if scored.rounds > 1:  # this process's rows of every round, side by side
         keep_B, advantages_B, length_B, reward_B = (
-            process_major(t, generation.rounds, dist.world_size)
+            process_major(t, scored.rounds, dist.world_size)
             for t in (keep_B, advantages_B, length_B, reward_B)
         )
-    local_rollout = generation.rollout  # this process's rows, as its block of the reordered
+    local_rollout = scored.local_rollout  # this process's rows, as its block of the reordered
     local_rows = dist.rows(keep_B.shape[0])
     device = local_rollout.completion_ids_BT.device
     local_keep_B = keep_B[local_rows].to(device)
@@ -251,7 +252,7 @@ def learn(
 
 
 def step_metrics(
-    generation: Generation,
+    scored: ScoredRows,
     selection: Selection,
     *,
     signal: dict[str, float],
@@ -262,39 +263,38 @@ def step_metrics(
 ) -> dict[str, float]:
     """Rewards, groups, the learning signal (``signal``: group outcomes and sample
     counts), completion lengths, the update and the step's seconds."""
-    reward_metrics = reduce_over_processes(dist, generation.reward_metrics)
+    reward_metrics = reduce_over_processes(dist, scored.metrics)
     update, times = reduce_over_processes(dist, update), reduce_over_processes(dist, times)
-    results, groups = generation.results, generation.groups
-    length_B = results.length_B.float()
+    length_B = scored.length_B.float()
     metrics = {
-        "reward/mean": results.reward_B.mean().item(),
-        "reward/std": results.reward_B.std(unbiased=False).item(),
+        "reward/mean": scored.reward_B.mean().item(),
+        "reward/std": scored.reward_B.std(unbiased=False).item(),
         **reward_metrics,
-        "zero_variance_frac": groups.zero_variance_N.float().mean().item(),
-        "skipped_groups": float(groups.skipped_N.sum()),
+        "zero_variance_frac": scored.zero_variance_N.float().mean().item(),
+        "skipped_groups": float(scored.skipped_N.sum()),
         "groups_trained": float(selection.trains_N.sum()),
-        "generation_rounds": float(generation.rounds),
+        "generation_rounds": float(scored.rounds),
         **signal,
         "completion_len/mean": length_B.mean().item(),
         "completion_len/max": length_B.max().item(),
-        "truncated_frac": results.truncated_B.float().mean().item(),
+        "truncated_frac": scored.truncated_B.float().mean().item(),
         "lr": lr,
         **update,
         **times,
     }
-    if results.overlong_penalty_B is not None:
-        metrics["reward/overlong_penalty"] = results.overlong_penalty_B.mean().item()
-    if results.env_tokens_B is not None:  # multi-turn: Σ inserted / Σ (inserted + model)
-        inserted, model = results.env_tokens_B.sum().item(), length_B.sum().item()
+    if scored.overlong_penalty_B is not None:
+        metrics["reward/overlong_penalty"] = scored.overlong_penalty_B.mean().item()
+    if scored.env_tokens_B is not None:  # multi-turn: Σ inserted / Σ (inserted + model)
+        inserted, model = scored.env_tokens_B.sum().item(), length_B.sum().item()
         metrics["agent/env_token_frac"] = env_token_frac(inserted, model)
     if selection.dropped_rows is not None:
         metrics["truncated_masked"] = float(selection.dropped_rows)
     return metrics
 
 
-def accuracy(generation: Generation) -> dict[str, float]:
+def accuracy(scored: ScoredRows) -> dict[str, float]:
     """The fraction of completions the accuracy reward scores ≥ 1, when the run has one."""
-    accuracy_B = generation.results.accuracy_B
+    accuracy_B = scored.accuracy_B
     if accuracy_B is None:
         return {}
     return {"accuracy": (accuracy_B >= 1.0).float().mean().item()}
@@ -308,23 +308,22 @@ def reduce_over_processes(dist: Dist, metrics: dict[str, float]) -> dict[str, fl
 
 
 def reasoning_metrics(
-    generation: Generation, estimated_success_N: list[float], group_size: int
+    scored: ScoredRows, estimated_success_N: list[float], group_size: int
 ) -> dict[str, float]:
     """``estimated_success_N``: each generated group's prompt's success rate as estimated
     before this step (the sampler's posterior mean), in generation order; row b belongs to
     group b // G."""
-    results = generation.results
     success_B = [p for p in estimated_success_N for _ in range(group_size)]
     think_B: list[int | None] = []
-    if results.think_chars_B is not None and results.has_think_B is not None:
+    if scored.think_chars_B is not None and scored.has_think_B is not None:
         think_B = [
             chars if has else None
             for chars, has in zip(
-                results.think_chars_B.tolist(), results.has_think_B.tolist(), strict=True
+                scored.think_chars_B.tolist(), scored.has_think_B.tolist(), strict=True
             )
         ]
-    correction_B = [] if results.self_correction_B is None else results.self_correction_B.tolist()
-    return reasoning_summary(results.length_B.tolist(), success_B, think_B, correction_B)
+    correction_B = [] if scored.self_correction_B is None else scored.self_correction_B.tolist()
+    return reasoning_summary(scored.length_B.tolist(), success_B, think_B, correction_B)
 
 
 def _compile_seconds(run: Run) -> float | None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grpo.algo.corrections import CorrectionSettings
-from grpo.algo.groups import Groups
+from grpo.algo.groups import skipped_groups, zero_variance_groups
 from grpo.algo.objective import Objective
 from grpo.algo.selection import select_groups
 from grpo.runtime.optim import Optimization
@@ -107,12 +107,17 @@ def test_the_correction_metrics_are_the_hand_computed_ones(tiny_model_dir) -> No
 
 def test_truncated_rows_leave_the_loss_but_not_the_baseline() -> None:
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])  # group 2 has no signal
-    groups = Groups.of(rewards, torch.zeros(8, dtype=torch.bool), 4)
+    rewards_NG = rewards.view(-1, 4)
+    groups = (
+        rewards_NG,
+        zero_variance_groups(rewards_NG),
+        skipped_groups(torch.zeros(8, dtype=bool), 4),
+    )
     truncated = torch.tensor([False, True, False, False, True, False, False, False])
-    selection = select_groups(groups, target_groups=2, scale="none", eps=0.0, drop_B=truncated)
+    selection = select_groups(*groups, target_groups=2, scale="none", eps=0.0, drop_B=truncated)
     # Group 1 trains without its truncated row 1; row 4 is in a group that does not train.
     assert selection.keep_B.tolist() == [True, False, True, True] + [False] * 4
     assert selection.dropped_rows == 1
     assert selection.advantages_B[:4].tolist() == [0.75, -0.25, -0.25, -0.25]  # mean over all 4
-    plain = select_groups(groups, target_groups=2, scale="none", eps=0.0)
+    plain = select_groups(*groups, target_groups=2, scale="none", eps=0.0)
     assert plain.dropped_rows is None and plain.keep_B[:4].all()

@@ -15,7 +15,7 @@ import torch
 from grpo.log.metric_table import reduce_processes
 from grpo.rewards.runner import RewardScores
 from grpo.rollout.engine import concat_rollouts
-from grpo.rounds.source import ProducedRound
+from grpo.rounds.source import ScoredRows, cat_optional, join_columns
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,10 @@ class ChunkRequest:
 
 @dataclass
 class ChunkResult:
-    """A request's rows, produced and scored by a worker."""
+    """A request's rows, produced and scored by a worker (not yet gathered)."""
 
     request: ChunkRequest
-    produced: ProducedRound
-    scores: RewardScores
+    rows: ScoredRows
     version: int  # the policy version (optimizer steps) that sampled every row
     generator_state: torch.Tensor  # the noise generator after the request
     worker: int
@@ -80,54 +79,33 @@ def chunks_within(results: list[ChunkResult], rows: slice) -> list[ChunkResult]:
     return [r for r in results if rows.start <= r.request.rows.start < rows.stop]
 
 
-def join_chunks(
-    results: list[ChunkResult], pad_token_id: int
-) -> tuple[ProducedRound, RewardScores]:
-    """A round's chunk results (in row order) as one produced round and its scores. The
-    producers' and reward runner's metrics combine as equal shards, like processes'."""
+def join_chunks(results: list[ChunkResult], pad_token_id: int) -> ScoredRows:
+    """A round's chunk results (in row order) as one block of scored rows. The producers'
+    and reward runner's metrics combine as equal shards, like processes'."""
     if len(results) == 1:
-        return results[0].produced, results[0].scores
-    produced = [r.produced for r in results]
-    scores = [r.scores for r in results]
-    joined = ProducedRound(
-        rollout=concat_rollouts([p.rollout for p in produced], pad_token_id),
-        prompts=[text for p in produced for text in p.prompts],
-        completions=[text for p in produced for text in p.completions],
-        columns=_join_columns([p.columns for p in produced]),
-        extra_rewards=produced[0].extra_rewards,
-        skip_B=_cat_optional([p.skip_B for p in produced]),
-        metrics=_combine([p.metrics for p in produced]),
-        inserted_tokens_B=_cat_optional([p.inserted_tokens_B for p in produced]),
-        failed_B=_cat_optional([p.failed_B for p in produced]),
+        return results[0].rows
+    parts = [r.rows for r in results]
+    scores = [p.local_scores for p in parts]
+    return ScoredRows(
+        indices=parts[0].indices,
+        group_size=parts[0].group_size,
+        local_rollout=concat_rollouts([p.local_rollout for p in parts], pad_token_id),
+        local_prompts=[text for p in parts for text in p.local_prompts],
+        local_completions=[text for p in parts for text in p.local_completions],
+        local_columns=join_columns([p.local_columns for p in parts]),
+        extra_rewards=parts[0].extra_rewards,
+        local_skip_B=cat_optional([p.local_skip_B for p in parts]),
+        local_failed_B=cat_optional([p.local_failed_B for p in parts]),
+        local_env_tokens_B=cat_optional([p.local_env_tokens_B for p in parts]),
+        producer_metrics=_combine([p.producer_metrics for p in parts]),
+        local_scores=RewardScores.cat(scores, _combine([s.metrics for s in scores])),
     )
-    joined_scores = RewardScores(
-        total_B=torch.cat([s.total_B for s in scores]),
-        per_function={
-            name: torch.cat([s.per_function[name] for s in scores])
-            for name in scores[0].per_function
-        },
-        skip_B=torch.cat([s.skip_B for s in scores]),
-        metrics=_combine([s.metrics for s in scores]),
-        errors={
-            name: [e for s in scores for e in s.errors.get(name, [])]
-            for name in {name for s in scores for name in s.errors}
-        },
-    )
-    return joined, joined_scores
 
 
 def request_seed(seed: int, number: int) -> int:
     """A request's own noise seed: fixed by the run's seed and the request's number, so a
     request issued again (after a worker restart) samples the same rows."""
     return (seed * 1_000_003 + number * 7_919 + 1) % (2**63 - 1)
-
-
-def _join_columns(parts: list[dict[str, list]]) -> dict[str, list]:
-    return {name: [value for part in parts for value in part[name]] for name in parts[0]}
-
-
-def _cat_optional(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-    return None if any(p is None for p in parts) else torch.cat(parts)  # type: ignore[arg-type]
 
 
 def _combine(parts: list[dict[str, float]]) -> dict[str, float]:

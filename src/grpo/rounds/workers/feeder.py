@@ -1,5 +1,5 @@
 """The learner's side of asynchronous rollouts (``rollout.mode = "async"``): which rounds
-to request and when, and the step's Generation from what came back, behind the loop's
+to request and when, and the step's scored rows from what came back, behind the loop's
 :class:`~grpo.rounds.source.RoundSource` interface.
 
 Versions count optimizer steps: weights published after step s are version s, and step s
@@ -28,11 +28,9 @@ from torch import nn
 from grpo.data.sampler import PromptSampler
 from grpo.models.weight_sync import sync_bytes, weights_to_sync
 from grpo.rounds.source import (
-    Generation,
-    Round,
     RoundMaker,
-    assemble_round,
-    merge_rounds,
+    ScoredRows,
+    gather_rows,
     needs_another_round,
 )
 from grpo.rounds.workers.chunks import (
@@ -77,7 +75,7 @@ class _Slot:
 
 class AsyncRounds:
     """Requests rounds from a :class:`WorkerPool` ahead of the learner and hands each step
-    its Generation; syncs the learner's weights to the workers (see the module docstring)."""
+    its scored rows; syncs the learner's weights to the workers (see the module docstring)."""
 
     def __init__(
         self,
@@ -179,7 +177,7 @@ class AsyncRounds:
 
     # --- the step's generation ---------------------------------------------------------
 
-    def next_round(self, step: int) -> tuple[Generation, dict[str, float]]:
+    def next_round(self, step: int) -> tuple[ScoredRows, dict[str, float]]:
         """Step ``step``'s rounds, as :class:`~grpo.rounds.source.SyncRounds` returns them. Under
         torchrun rank 0 holds the pool and sends every process the chunks of its rows."""
         started = time.perf_counter()
@@ -190,16 +188,16 @@ class AsyncRounds:
             rounds = [self._own_rows(indices, results) for indices, results in pieces]
         waited = time.perf_counter() - started
         self._add("async/learner_idle_s", waited)
-        generation = merge_rounds(rounds, self._maker.pad_token_id)
-        self._rows = generation.results.reward_B.numel()
-        return generation, {"rollout": waited, "reward": 0.0}
+        step_rows = ScoredRows.cat(rounds, self._maker.pad_token_id)
+        self._rows = step_rows.rows
+        return step_rows, {"rollout": waited, "reward": 0.0}
 
     def _step_rounds(
         self, step: int
-    ) -> tuple[list[Round], list[tuple[list[int], list[ChunkResult]]]]:
+    ) -> tuple[list[ScoredRows], list[tuple[list[int], list[ChunkResult]]]]:
         """The step's rounds whole (dropped ones requested again, refills requested as dynamic
         sampling asks), and each one's prompts and chunk results."""
-        rounds: list[Round] = []
+        rounds: list[ScoredRows] = []
         pieces: list[tuple[list[int], list[ChunkResult]]] = []
         while True:
             slot = next(s for s in self._slots if s.step == step)
@@ -219,14 +217,12 @@ class AsyncRounds:
         self._metrics["async/in_flight"] = float(len(self._by_number))
         return rounds, pieces
 
-    def _own_rows(self, indices: list[int], results: list[ChunkResult]) -> Round:
+    def _own_rows(self, indices: list[int], results: list[ChunkResult]) -> ScoredRows:
         """This process's rows of a round, assembled with every process's results."""
         local_rows = self._dist.rows(len(indices) * self._s.group_size)
         local_results = chunks_within(results, local_rows)
-        produced, scores = join_chunks(local_results, self._maker.pad_token_id)
-        return assemble_round(
-            self._maker, indices, self._s.group_size, produced, scores, self._dist
-        )
+        local = join_chunks(local_results, self._maker.pad_token_id)
+        return gather_rows(self._maker, local, self._dist)
 
     def _wait_for(self, slot: _Slot) -> None:
         assert self._pool is not None
@@ -238,11 +234,11 @@ class AsyncRounds:
                     self._add("async/worker_idle_s", result.idle_s)
                     self._add("async/worker_busy_s", sum(result.seconds.values()))
 
-    def _assemble(self, slot: _Slot, lags: list[int]) -> Round:
+    def _assemble(self, slot: _Slot, lags: list[int]) -> ScoredRows:
         results = [slot.results[n] for n in slot.numbers]
         if self._threaded_noise:  # the generator moves on as if this process had sampled
             self._maker.generator.set_state(results[0].generator_state)
-        produced, scores = join_chunks(results, self._maker.pad_token_id)
+        joined = join_chunks(results, self._maker.pad_token_id)
         for result, lag in zip(results, lags, strict=True):
             groups = (result.request.rows.stop - result.request.rows.start) // self._s.group_size
             self._add(f"async/groups_at_lag/{lag}", float(groups))
@@ -251,9 +247,7 @@ class AsyncRounds:
             self._metrics["async/version_lag_max"] = max(
                 self._metrics.get("async/version_lag_max", 0.0), float(lag)
             )
-        return assemble_round(
-            self._maker, slot.indices, self._s.group_size, produced, scores, Dist()
-        )
+        return gather_rows(self._maker, joined, Dist())
 
     def _add(self, key: str, value: float) -> None:
         self._metrics[key] = self._metrics.get(key, 0.0) + value

@@ -23,8 +23,7 @@ from grpo.models.weight_sync import load_synced
 from grpo.rewards.resolve import resolve_reward_functions
 from grpo.rewards.runner import RewardFunction
 from grpo.rounds.build import build_round_maker
-from grpo.rounds.producers import ProducedRound
-from grpo.rounds.source import RoundMaker, produce_and_score
+from grpo.rounds.source import RoundMaker, ScoredRows, produce_and_score
 from grpo.rounds.workers.chunks import ChunkRequest, ChunkResult
 from grpo.runtime.distributed import Dist
 
@@ -99,7 +98,7 @@ def serve(state: WorkerState, request: ChunkRequest) -> ChunkResult:
         generator.set_state(request.noise)
     seconds = {"rollout": 0.0, "reward": 0.0}
     try:
-        produced, scores = produce_and_score(
+        rows = produce_and_score(
             state.maker, request.indices, request.group_size, request.rows, Dist(), seconds
         )
     except UserCodeError as error:  # its traceback stays here: the learner gets its text
@@ -107,8 +106,7 @@ def serve(state: WorkerState, request: ChunkRequest) -> ChunkResult:
         raise
     return ChunkResult(
         request=request,
-        produced=_on_cpu(produced),
-        scores=scores,
+        rows=_on_cpu(rows),
         version=state.version,
         generator_state=generator.get_state(),
         worker=state.index,
@@ -116,6 +114,6 @@ def serve(state: WorkerState, request: ChunkRequest) -> ChunkResult:
     )
 
 
-def _on_cpu(produced: ProducedRound) -> ProducedRound:
-    produced.rollout = produced.rollout.to(torch.device("cpu"))
-    return produced
+def _on_cpu(rows: ScoredRows) -> ScoredRows:
+    rows.local_rollout = rows.local_rollout.to(torch.device("cpu"))
+    return rows
