@@ -7,13 +7,16 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from subprocess import CompletedProcess
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from grpo.config import Config
 
 # One torch thread, here and in every `grpo` subprocess the tests start (they inherit the
 # environment): the tiny models gain nothing from more, and on a busy machine 2 threads on
@@ -23,6 +26,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 
 WEIGHT_TOLERANCE = 1e-5  # 2 processes vs 1: float summation order only
 JOB_TIMEOUT_S = 300  # generous: the CPU cores are shared
+USER_CODE = Path(__file__).parent / "user_code"  # reward modules workers import by name
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -176,6 +180,77 @@ def arithmetic_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_jsonl(rows, tmp_path_factory.mktemp("data") / "train.jsonl")
 
 
+# The short run most training tests make: `overrides` come last, so they win.
+TINY_RUN = (
+    "rewards=[{function='grpo.rewards:numeric_answer'}]",
+    "train.steps=2",
+    "train.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=6",
+    "optim.lr=1e-2",
+    "train.progress=false",
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_config_at(tiny_model_dir: Path, arithmetic_jsonl: Path) -> Callable[..., Config]:
+    """``make(run_dir, *overrides, model=None, data=None)``: the training Config of a short
+    run of the tiny model on the arithmetic rows, writing to ``run_dir``: the accuracy reward
+    (numeric_answer), 2 steps of 4 prompts × 4 completions of up to 6 tokens, lr 1e-2, no
+    console lines; then ``overrides`` (``section.key=value``, as on the command line), which
+    win. ``model`` and ``data`` stand in for the tiny model and the arithmetic rows. For
+    module- and session-scoped fixtures; tests use ``tiny_config``."""
+    from grpo.config import load_config
+
+    def make(
+        run_dir: Path, *overrides: str, model: Path | None = None, data: Path | None = None
+    ) -> Config:
+        return load_config(
+            None,
+            [
+                f"model.path='{model or tiny_model_dir}'",
+                f"data.train_path='{data or arithmetic_jsonl}'",
+                *TINY_RUN,
+                f"train.run_dir='{run_dir}'",
+                *overrides,
+            ],
+        )
+
+    return make
+
+
+@pytest.fixture
+def tiny_config(tiny_config_at: Callable[..., Config], tmp_path: Path) -> Callable[..., Config]:
+    """``make(*overrides, run_dir=None, model=None, data=None)``: ``tiny_config_at``'s Config,
+    its run in ``tmp_path / "run"`` unless ``run_dir`` says where."""
+
+    def make(
+        *overrides: str,
+        run_dir: Path | None = None,
+        model: Path | None = None,
+        data: Path | None = None,
+    ) -> Config:
+        return tiny_config_at(run_dir or tmp_path / "run", *overrides, model=model, data=data)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def user_code_dir() -> Path:
+    """tests/user_code: the reward modules (``user_rewards.py``) that other processes (rollout
+    workers, torchrun and Ray jobs) import by name, as a user's own: put it on their path."""
+    return USER_CODE
+
+
+@pytest.fixture
+def user_rewards(monkeypatch: pytest.MonkeyPatch) -> str:
+    """``user_rewards:digit_fraction``, importable by name here and in the asynchronous
+    workers (spawned processes, which start with this process's ``sys.path``): a function
+    defined in a test module cannot reach them."""
+    monkeypatch.syspath_prepend(str(USER_CODE))
+    return "user_rewards:digit_fraction"
+
+
 @pytest.fixture(scope="session")
 def trained_run_dir(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, arithmetic_jsonl: Path
@@ -187,9 +262,7 @@ def trained_run_dir(
     from grpo.rewards import numeric_answer
     from grpo.rewards.runner import RewardFunction
     from grpo.training.loop import train
-
-    def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-        return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+    from tests.user_code.user_rewards import digit_fraction
 
     run_dir = tmp_path_factory.mktemp("trained") / "run"
     config = load_config(
@@ -222,8 +295,8 @@ def trained_run_dir(
 @pytest.fixture
 def gloo_jobs(tmp_path: Path) -> SimpleNamespace:
     """Real ``grpo train`` jobs in 1 process or under ``torchrun`` (gloo on CPU), run in
-    tmp_path (its modules importable), and their comparison: the 2-processes-equal-1 tests
-    of plain training and of agents share it.
+    tmp_path (its modules importable, and tests/user_code's), and their comparison: the
+    2-processes-equal-1 tests of plain training and of agents share it.
 
     ``run(processes, name, config, *overrides)``: the job, into run dir tmp_path/name;
     ``GRPO_TEST_DUMP`` is tmp_path/name.dump, which a reward may append a JSON line to per
@@ -235,7 +308,9 @@ def gloo_jobs(tmp_path: Path) -> SimpleNamespace:
     def run(processes: int, name: str, config: Path, *overrides: str) -> CompletedProcess:
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(tmp_path), str(USER_CODE), os.environ.get("PYTHONPATH", "")]
+            ),
             "OMP_NUM_THREADS": "1",
             "GRPO_TEST_DUMP": str(tmp_path / f"{name}.dump"),
         }

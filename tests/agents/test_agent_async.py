@@ -4,6 +4,7 @@ synchronous one, bit for bit."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -11,7 +12,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo.config import load_config
 from grpo.training.loop import train
 
 from .test_agent_distributed import MODULE
@@ -26,27 +26,17 @@ def user_agent(tmp_path, monkeypatch) -> str:
     return "agent_env"
 
 
-def _config(model: Path, data: Path, run_dir: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{model}'",
-            f"data.train_path='{data}'",
-            "agent.environment='agent_env:DigitGame'",
-            "agent.tools=['agent_env:add']",
-            "agent.max_turns=3",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=5",
-            "rollout.stop_strings=['a', 'e', 'i', 'o', 'u', '1', '2', '3', '4', '5', ' ']",
-            "algorithm.beta=0.04",
-            "optim.lr=1e-2",
-            "train.steps=3",
-            "train.prompts_per_step=2",
-            f"train.run_dir='{run_dir}'",
-            "train.progress=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "rewards=[]",
+    "agent.environment='agent_env:DigitGame'",
+    "agent.tools=['agent_env:add']",
+    "agent.max_turns=3",
+    "rollout.max_new_tokens=5",
+    "rollout.stop_strings=['a', 'e', 'i', 'o', 'u', '1', '2', '3', '4', '5', ' ']",
+    "algorithm.beta=0.04",
+    "train.steps=3",
+    "train.prompts_per_step=2",
+)
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -57,18 +47,15 @@ def _metrics(run_dir: Path) -> list[dict]:
     ]
 
 
-def test_environments_run_in_the_workers(ascii_model_dir, tmp_path, user_agent) -> None:
+def test_environments_run_in_the_workers(
+    tiny_config, ascii_model_dir, tmp_path, user_agent
+) -> None:
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say {n}{n}"}) + "\n" for n in range(6)))
-    sync = train(_config(ascii_model_dir, data, tmp_path / "sync"), verbose=False)
+    config = functools.partial(tiny_config, *SETTINGS, model=ascii_model_dir, data=data)
+    sync = train(config(run_dir=tmp_path / "sync"), verbose=False)
     zero = train(
-        _config(
-            ascii_model_dir,
-            data,
-            tmp_path / "k0",
-            "rollout.mode='async'",
-            "rollout.max_staleness=0",
-        ),
+        config("rollout.mode='async'", "rollout.max_staleness=0", run_dir=tmp_path / "k0"),
         verbose=False,
     )
     assert _metrics(tmp_path / "sync") == _metrics(tmp_path / "k0")
@@ -78,13 +65,7 @@ def test_environments_run_in_the_workers(ascii_model_dir, tmp_path, user_agent) 
     )
     assert all(torch.equal(a[k], b[k]) for k in a)
     stale = train(
-        _config(
-            ascii_model_dir,
-            data,
-            tmp_path / "k1",
-            "rollout.mode='async'",
-            "rollout.max_staleness=1",
-        ),
+        config("rollout.mode='async'", "rollout.max_staleness=1", run_dir=tmp_path / "k1"),
         verbose=False,
     )
     last = stale.history[-1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo.config import load_config
+from tests.user_code.user_rewards import digit_fraction
 
 from .test_agent_distributed import STOP_STRINGS
 from .test_agent_training import DigitGame, add, assistant_turns
@@ -29,38 +29,30 @@ def _data(tmp_path: Path) -> Path:
     return data
 
 
-def _config(model_dir: Path, data: Path, run_dir: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{model_dir}'",
-            f"data.train_path='{data}'",
-            f"agent.environment='{DigitGame.__module__}:DigitGame'",
-            f"agent.tools=['{add.__module__}:add']",
-            "agent.max_turns=3",
-            f"rewards=[{{ function = '{assistant_turns.__module__}:assistant_turns' }}]",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=5",
-            f"rollout.stop_strings={list(STOP_STRINGS)}",
-            "optim.lr=1e-2",
-            "train.steps=2",
-            "train.prompts_per_step=2",
-            "train.sequences_per_micro_batch=3",
-            f"train.run_dir='{run_dir}'",
-            "train.progress=false",
-            "train.tensorboard=false",
-            *extra,
-        ],
-    )
+AGENT_SETTINGS = (  # over tiny_config's
+    f"agent.environment='{DigitGame.__module__}:DigitGame'",
+    f"agent.tools=['{add.__module__}:add']",
+    "agent.max_turns=3",
+    f"rewards=[{{ function = '{assistant_turns.__module__}:assistant_turns' }}]",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=5",
+    f"rollout.stop_strings={list(STOP_STRINGS)}",
+    "train.prompts_per_step=2",
+    "train.sequences_per_micro_batch=3",
+    "train.tensorboard=false",
+)
 
 
-def test_multi_turn_ppo_trains_policy_and_critic(ascii_model_dir, tmp_path) -> None:
+def test_multi_turn_ppo_trains_policy_and_critic(tiny_config, ascii_model_dir, tmp_path) -> None:
     from safetensors.torch import load_file
 
     from grpo.training.loop import train
 
-    config = _config(
-        ascii_model_dir, _data(tmp_path), tmp_path / "run", "algorithm.estimator='ppo'"
+    config = tiny_config(
+        *AGENT_SETTINGS,
+        "algorithm.estimator='ppo'",
+        model=ascii_model_dir,
+        data=_data(tmp_path),
     )
     result = train(config, verbose=False)
     assert len(result.history) == 2
@@ -165,10 +157,6 @@ def test_fsdp_multi_turn_trains_as_one_process(ascii_model_dir, gloo_jobs) -> No
     assert "agent/env_token_frac" in metrics[0]
 
 
-def digit_share(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-
 @pytest.fixture
 def templated_model_dir(ascii_model_dir, tmp_path) -> Path:
     """The ASCII model with a chat template of its own on its tokenizer."""
@@ -184,31 +172,22 @@ def templated_model_dir(ascii_model_dir, tmp_path) -> Path:
     return directory
 
 
-def _template_config(model_dir: Path, tmp_path: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{model_dir}'",
-            f"data.train_path='{_data(tmp_path)}'",
-            "data.chat_template=true",
-            "data.system_prompt='Be brief.'",
-            f"agent.tools=['{add.__module__}:add']",
-            "agent.max_turns=2",
-            f"rewards=[{{ function = '{__name__}:digit_share' }}]",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=5",
-            "optim.lr=1e-2",
-            "train.steps=2",
-            "train.prompts_per_step=2",
-            f"train.run_dir='{tmp_path / 'run'}'",
-            "train.progress=false",
-            "train.tensorboard=false",
-            *extra,
-        ],
-    )
+TEMPLATE_SETTINGS = (  # over tiny_config's
+    "data.chat_template=true",
+    "data.system_prompt='Be brief.'",
+    f"agent.tools=['{add.__module__}:add']",
+    "agent.max_turns=2",
+    f"rewards=[{{ function = '{digit_fraction.__module__}:digit_fraction' }}]",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=5",
+    "train.prompts_per_step=2",
+    "train.tensorboard=false",
+)
 
 
-def test_chat_template_renders_the_agent_conversation(templated_model_dir, tmp_path) -> None:
+def test_chat_template_renders_the_agent_conversation(
+    tiny_config, templated_model_dir, tmp_path
+) -> None:
     """The prompt ids are the template's rendering of the system prompt and the dataset's
     prompt as the user's message, with the tools offered, once (not a template inside a
     template); the run trains."""
@@ -220,7 +199,7 @@ def test_chat_template_renders_the_agent_conversation(templated_model_dir, tmp_p
     from grpo.training.loop import train
     from grpo.training.setup import set_up
 
-    config = _template_config(templated_model_dir, tmp_path)
+    config = tiny_config(*TEMPLATE_SETTINGS, model=templated_model_dir, data=_data(tmp_path))
     run = set_up(config, batch_plan(config, 1), Dist(), torch.device("cpu"), None, False)
     assert run.dataset.prompts[:2] == ["Say 00", "Say 11"]
     produced = run.maker.producer.produce([0, 1], 2, slice(0, 4))
@@ -242,11 +221,11 @@ def test_chat_template_renders_the_agent_conversation(templated_model_dir, tmp_p
 
 
 def test_chat_template_without_a_template_on_the_tokenizer_is_a_data_error(
-    ascii_model_dir, tmp_path
+    tiny_config, ascii_model_dir, tmp_path
 ) -> None:
     from grpo.data.files import DataError
     from grpo.training.loop import train
 
-    config = _template_config(ascii_model_dir, tmp_path)
+    config = tiny_config(*TEMPLATE_SETTINGS, model=ascii_model_dir, data=_data(tmp_path))
     with pytest.raises(DataError, match="the tokenizer has no chat template"):
         train(config, verbose=False)

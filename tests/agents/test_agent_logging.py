@@ -13,6 +13,7 @@ import torch
 
 from grpo.config import load_config
 from grpo.log.metrics import read_completions
+from tests.user_code.user_rewards import digit_fraction
 
 from .helpers import Echo
 
@@ -163,7 +164,7 @@ def _random_agent_config(model_dir: Path, data: Path, run_dir: Path) -> Any:
             f"data.train_path='{data}'",
             f"agent.environment='{Echo.__module__}:Echo'",
             "agent.max_turns=2",
-            f"rewards=[{{ function = '{__name__}:digit_share' }}]",
+            f"rewards=[{{ function = '{digit_fraction.__module__}:digit_fraction' }}]",
             "rollout.group_size=4",
             "rollout.max_new_tokens=5",
             "rollout.stop_strings=['a', 'e', 'i', 'o', 'u', ' ']",
@@ -178,10 +179,6 @@ def _random_agent_config(model_dir: Path, data: Path, run_dir: Path) -> Any:
             "train.tensorboard=false",
         ],
     )
-
-
-def digit_share(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
 
 def test_logged_token_ids_are_the_ids_the_update_trained_on(

@@ -147,28 +147,14 @@ def test_the_environment_reward_is_the_accuracy_when_alone_or_asked() -> None:
 # --- the engine grpo eval samples with ------------------------------------------------------
 
 
-def _config(tiny_model_dir, arithmetic_jsonl, *overrides: str):
-    from grpo.config import load_config
-
-    return load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            *overrides,
-        ],
-    )
-
-
-def test_grpo_eval_samples_with_the_trainers_engine(tiny_model_dir, arithmetic_jsonl) -> None:
+def test_grpo_eval_samples_with_the_trainers_engine(tiny_config, tiny_model_dir) -> None:
     """The rollout.* keys reach eval's engine through the trainer's factory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo.cli.eval_command import eval_engine
     from grpo.rollout.hf_engine import TransformersEngine
 
-    config = _config(tiny_model_dir, arithmetic_jsonl, "rollout.max_sequences_per_batch=3")
+    config = tiny_config("rollout.max_sequences_per_batch=3")
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).eval()
     engine = eval_engine(config, model, tokenizer, max_new_tokens=5)
@@ -180,7 +166,7 @@ def test_grpo_eval_samples_with_the_trainers_engine(tiny_model_dir, arithmetic_j
 
 
 def test_grpo_eval_without_vllm_fails_as_grpo_train_does(
-    monkeypatch, capsys, tiny_model_dir, arithmetic_jsonl, tmp_path
+    monkeypatch, capsys, tiny_config, tiny_model_dir, arithmetic_jsonl, tmp_path
 ) -> None:
     """rollout.engine = "vllm" without vLLM: train's one-line error, no built-in fallback."""
     import sys
@@ -190,9 +176,7 @@ def test_grpo_eval_without_vllm_fails_as_grpo_train_does(
     from grpo.training.loop import train
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm → ImportError
-    config = _config(
-        tiny_model_dir, arithmetic_jsonl, "rollout.engine='vllm'", f"train.run_dir='{tmp_path}'"
-    )
+    config = tiny_config("rollout.engine='vllm'", run_dir=tmp_path)
     with pytest.raises(ConfigError) as trained:
         train(config, verbose=False)
     out = tmp_path / "eval.json"

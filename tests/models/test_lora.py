@@ -5,40 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo.config import load_config
 from grpo.rewards.runner import RewardFunction
+from tests.user_code.user_rewards import digit_fraction
 
 pytest.importorskip("peft")
 
 
-def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-
-def test_lora_trains_adapters_and_saves_a_loadable_model(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_lora_trains_adapters_and_saves_a_loadable_model(tiny_config, tiny_model_dir) -> None:
     from transformers import AutoModelForCausalLM
 
     import grpo.training.loop
     import grpo.training.setup_learner
 
-    config = load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            "model.lora_rank=4",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "train.steps=2",
-            "train.prompts_per_step=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=5",
-            "algorithm.beta=0.1",
-            "optim.lr=5e-2",
-            f"train.run_dir='{tmp_path / 'run'}'",
-            "train.progress=false",
-        ],
+    config = tiny_config(
+        "model.lora_rank=4",
+        "rollout.max_new_tokens=5",
+        "algorithm.beta=0.1",
+        "optim.lr=5e-2",
     )
     loaded = []
     original = grpo.training.setup_learner.load_reference

@@ -73,7 +73,7 @@ def _write_gguf(path: Path, architecture: str) -> Path:
     return path
 
 
-def _config(tmp_path: Path, data: Path, *lines: str) -> Path:
+def _config_file(tmp_path: Path, data: Path, *lines: str) -> Path:
     config = tmp_path / "c.toml"
     config.write_text(
         f'[model]\npath = "unset"\n[data]\ntrain_path = "{data}"\n'
@@ -91,7 +91,7 @@ def _start(capsys, config: Path, *overrides: str) -> str:
 
 
 def test_a_bad_gguf_stops_grpo_train_at_start_up(tmp_path, arithmetic_jsonl, capsys) -> None:
-    config = _config(tmp_path, arithmetic_jsonl)
+    config = _config_file(tmp_path, arithmetic_jsonl)
     missing = tmp_path / "missing.gguf"
     assert _start(capsys, config, f"--model.path={missing}") == (
         f"grpo train: error: model.path: no .gguf file at {str(missing)!r}"
@@ -117,7 +117,7 @@ def test_a_model_that_is_not_a_causal_lm_stops_grpo_train_at_start_up(
     vit = tmp_path / "vit"
     shutil.copytree(tiny_model_dir, vit)
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(vit)
-    config = _config(tmp_path, arithmetic_jsonl)
+    config = _config_file(tmp_path, arithmetic_jsonl)
     assert _start(capsys, config, f"--model.path={vit}") == (
         f"grpo train: error: model.path: {vit}: a 'vit' model is not a causal LM "
         "(AutoModelForCausalLM)"
@@ -140,19 +140,19 @@ def test_a_reward_model_is_checked_at_start_up(
     vit.mkdir()
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(vit)
     table = '[[rewards]]\nfunction = "grpo.rewards:reward_model"\noptions = {{ path = "{}" }}'
-    config = _config(tmp_path, arithmetic_jsonl, table.format(vit))
+    config = _config_file(tmp_path, arithmetic_jsonl, table.format(vit))
     model = f"--model.path={tiny_model_dir}"
     assert _start(capsys, config, model) == (
         f"grpo train: error: rewards[1].options.path: {vit}: a 'vit' model is not a sequence "
         "classifier (AutoModelForSequenceClassification)"
     )
     gguf = _write_gguf(tmp_path / "rm.gguf", "llama")
-    config = _config(tmp_path, arithmetic_jsonl, table.format(gguf))
+    config = _config_file(tmp_path, arithmetic_jsonl, table.format(gguf))
     assert _start(capsys, config, model).startswith(
         f"grpo train: error: rewards[1].options.path: {gguf} is a .gguf file, which holds a "
         "causal LM; a reward model is a Hugging Face folder or Hub id"
     )
-    config = _config(tmp_path, arithmetic_jsonl, table.replace("path", "paths").format(vit))
+    config = _config_file(tmp_path, arithmetic_jsonl, table.replace("path", "paths").format(vit))
     assert _start(capsys, config, model) == (
         "grpo train: error: rewards[1].options.path: grpo.rewards:reward_model needs the "
         "reward model's path"

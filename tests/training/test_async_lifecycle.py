@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REWARDS = """
+FAILING_REWARD = """
 STEP = {"calls": 0}
-
-def digit_fraction(prompts, completions, **_):
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
 def fails_on_third_call(prompts, completions, **_):
     STEP["calls"] += 1
@@ -28,16 +25,21 @@ def fails_on_third_call(prompts, completions, **_):
 """
 
 
-def _start(tmp_path: Path, model: Path, data: Path, steps: int, *rewards: str) -> subprocess.Popen:
-    (tmp_path / "user_rewards.py").write_text(REWARDS)
-    tables = "".join(f'[[rewards]]\nfunction = "user_rewards:{name}"\n' for name in rewards)
+def _start(
+    tmp_path: Path, user_code: Path, model: Path, data: Path, steps: int, *rewards: str
+) -> subprocess.Popen:
+    """``grpo train`` in a process of its own; ``rewards`` are functions by name, of the
+    shared ``user_rewards`` (in ``user_code``) or of this file's ``failing_rewards``."""
+    (tmp_path / "failing_rewards.py").write_text(FAILING_REWARD)
+    tables = "".join(f'[[rewards]]\nfunction = "{spec}"\n' for spec in rewards)
     (tmp_path / "run.toml").write_text(
         f'[model]\npath = "{model}"\n[data]\ntrain_path = "{data}"\n'
         '[rollout]\ngroup_size = 4\nmax_new_tokens = 6\nmode = "async"\nmax_staleness = 1\n'
         f'[train]\nsteps = {steps}\nprompts_per_step = 4\nrun_dir = "{tmp_path / "run"}"\n'
         f"progress = false\n{tables}"
     )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join([str(tmp_path), str(user_code)])
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "grpo", "train", str(tmp_path / "run.toml")],
         env=env,
@@ -91,10 +93,13 @@ def _gone_soon(pids: set[int], timeout_s: float = 20) -> bool:
 
 
 @pytest.mark.parametrize("case", ["normal", "ctrl-c", "error", "learner killed"])
-def test_no_worker_is_left_behind(case, tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+def test_no_worker_is_left_behind(
+    case, user_code_dir, tiny_model_dir, arithmetic_jsonl, tmp_path
+) -> None:
     steps = 3 if case == "normal" else 200
-    rewards = ["digit_fraction"] + (["fails_on_third_call"] if case == "error" else [])
-    process = _start(tmp_path, tiny_model_dir, arithmetic_jsonl, steps, *rewards)
+    failing = ["failing_rewards:fails_on_third_call"] if case == "error" else []
+    rewards = ["user_rewards:digit_fraction", *failing]
+    process = _start(tmp_path, user_code_dir, tiny_model_dir, arithmetic_jsonl, steps, *rewards)
     try:
         workers = _workers_once_running(process, tmp_path / "run")
         assert workers, "no worker process was started"

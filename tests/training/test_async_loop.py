@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo.config import load_config
 from grpo.training.loop import train
 
 TIMING = ("time/", "async/")
@@ -21,26 +20,13 @@ def _rewards(user_rewards) -> None:
     pass
 
 
-def _config(tiny_model_dir, arithmetic_jsonl, run_dir, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='user_rewards:digit_fraction'}, "
-            "{function='grpo.rewards:numeric_answer', weight=0.5}]",
-            "train.steps=3",
-            "train.prompts_per_step=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=6",
-            "train.sequences_per_micro_batch=8",
-            f"train.run_dir='{run_dir}'",
-            "optim.lr=1e-2",
-            "algorithm.beta=0.05",
-            "train.progress=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "rewards=[{function='user_rewards:digit_fraction'}, "
+    "{function='grpo.rewards:numeric_answer', weight=0.5}]",
+    "train.steps=3",
+    "train.sequences_per_micro_batch=8",
+    "algorithm.beta=0.05",
+)
 
 
 def _weights(run_dir) -> dict[str, torch.Tensor]:
@@ -56,18 +42,15 @@ def _metrics(run_dir) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_staleness_zero_is_the_synchronous_run(
-    tiny_model_dir, arithmetic_jsonl, tmp_path, workers
-) -> None:
-    sync = _config(tiny_model_dir, arithmetic_jsonl, tmp_path / "sync")
+def test_staleness_zero_is_the_synchronous_run(tiny_config, tmp_path, workers) -> None:
+    sync = tiny_config(*SETTINGS, run_dir=tmp_path / "sync")
     train(sync, verbose=False)
-    overlapped = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path / "async",
+    overlapped = tiny_config(
+        *SETTINGS,
         "rollout.mode='async'",
         "rollout.max_staleness=0",
         f"rollout.workers={workers}",
+        run_dir=tmp_path / "async",
     )
     train(overlapped, verbose=False)
     expected, got = _weights(tmp_path / "sync"), _weights(tmp_path / "async")
@@ -83,11 +66,9 @@ def test_staleness_zero_is_the_synchronous_run(
             assert have == pytest.approx(want, rel=1e-6, abs=1e-7)
 
 
-def test_one_step_stale_stays_within_the_bound(tiny_model_dir, arithmetic_jsonl, tmp_path):
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path / "run",
+def test_one_step_stale_stays_within_the_bound(tiny_config):
+    config = tiny_config(
+        *SETTINGS,
         "rollout.mode='async'",
         "rollout.max_staleness=1",
         "train.steps=4",
@@ -101,14 +82,12 @@ def test_one_step_stale_stays_within_the_bound(tiny_model_dir, arithmetic_jsonl,
 
 
 def test_dynamic_sampling_and_the_curriculum_compose_at_staleness_one(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
+    tiny_config, tmp_path
 ) -> None:
     """Rounds are filtered on arrival and refills requested while later steps' rounds stay
     in flight; the curriculum's statistics come from the rounds that arrived."""
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path / "run",
+    config = tiny_config(
+        *SETTINGS,
         "rollout.mode='async'",
         "rollout.max_staleness=1",
         "rollout.workers=2",

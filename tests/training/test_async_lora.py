@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo.config import load_config
 from grpo.models.loading import load_policy, trainable_spec
 from grpo.models.weight_sync import sync_bytes, weights_to_sync
 from grpo.rounds.workers.worker import WorkerSpec, build_worker, load_weights
@@ -22,24 +21,12 @@ def _rewards(user_rewards) -> None:
     pass
 
 
-def _config(model, data, run_dir, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{model}'",
-            f"data.train_path='{data}'",
-            "rewards=[{function='user_rewards:digit_fraction'}]",
-            "model.lora_rank=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=6",
-            "train.steps=3",
-            "train.prompts_per_step=4",
-            "optim.lr=5e-2",
-            f"train.run_dir='{run_dir}'",
-            "train.progress=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "rewards=[{function='user_rewards:digit_fraction'}]",
+    "model.lora_rank=4",
+    "train.steps=3",
+    "optim.lr=5e-2",
+)
 
 
 def _effective(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -55,10 +42,8 @@ def _train_a_little(model: torch.nn.Module, seed: int) -> None:
                 parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
 
 
-def test_a_worker_samples_with_base_plus_the_learners_adapter(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
-    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path / "run")
+def test_a_worker_samples_with_base_plus_the_learners_adapter(tiny_config, tiny_model_dir) -> None:
+    config = tiny_config(*SETTINGS)
     learner = load_policy(str(tiny_model_dir), torch.device("cpu"), trainable_spec(config.model))
     worker = build_worker(WorkerSpec(config, None, threads=1), 0)
     _train_a_little(learner, 0)
@@ -79,15 +64,14 @@ def test_a_worker_samples_with_base_plus_the_learners_adapter(
     assert any(not torch.equal(want[n], base[n]) for n in want)  # the adapter does change them
 
 
-def test_async_lora_at_staleness_zero_is_sync_lora(tiny_model_dir, arithmetic_jsonl, tmp_path):
-    sync = train(_config(tiny_model_dir, arithmetic_jsonl, tmp_path / "sync"), verbose=False)
+def test_async_lora_at_staleness_zero_is_sync_lora(tiny_config, tmp_path):
+    sync = train(tiny_config(*SETTINGS, run_dir=tmp_path / "sync"), verbose=False)
     overlapped = train(
-        _config(
-            tiny_model_dir,
-            arithmetic_jsonl,
-            tmp_path / "async",
+        tiny_config(
+            *SETTINGS,
             "rollout.mode='async'",
             "rollout.max_staleness=0",
+            run_dir=tmp_path / "async",
         ),
         verbose=False,
     )

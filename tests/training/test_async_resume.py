@@ -12,31 +12,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from grpo.config import load_config
 from grpo.runtime.checkpoint import latest_checkpoint, read_extra
 from grpo.training.loop import train
 
-
-def _config(model: Path, data: Path, run_dir: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{model}'",
-            f"data.train_path='{data}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=4",
-            "rollout.mode='async'",
-            "rollout.max_staleness=2",
-            "train.steps=6",
-            "train.prompts_per_step=3",
-            "train.completions_every=1",
-            "train.save_every=100",
-            f"train.run_dir='{run_dir}'",
-            "train.progress=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=4",
+    "rollout.mode='async'",
+    "rollout.max_staleness=2",
+    "optim.lr=1e-6",
+    "train.steps=6",
+    "train.prompts_per_step=3",
+    "train.completions_every=1",
+    "train.save_every=100",
+)
 
 
 def _prompts_by_step(run_dir: Path) -> dict[int, list[str]]:
@@ -62,21 +51,19 @@ def _stop_after_step(run_dir: Path, step: int) -> threading.Thread:
     return thread
 
 
-def test_a_resume_requests_the_rounds_in_flight_again(
-    tiny_model_dir, arithmetic_jsonl, tmp_path, capsys
-) -> None:
+def test_a_resume_requests_the_rounds_in_flight_again(tiny_config, tmp_path, capsys) -> None:
     straight = tmp_path / "straight"
-    train(_config(tiny_model_dir, arithmetic_jsonl, straight), verbose=False)
+    train(tiny_config(*SETTINGS, run_dir=straight), verbose=False)
     stopped = tmp_path / "stopped"
     _stop_after_step(stopped, 1)
-    first = train(_config(tiny_model_dir, arithmetic_jsonl, stopped), verbose=False)
+    first = train(tiny_config(*SETTINGS, run_dir=stopped), verbose=False)
     assert first.stopped_by == "SIGTERM"
     checkpoint = latest_checkpoint(stopped)
     pending = read_extra(checkpoint)["async"]["pending"]
     stopped_at = int(checkpoint.name.removeprefix("step-"))
     # requested up to max_staleness + 1 steps ahead of the last trained one (not past 6)
     assert len(pending) == min(3, 6 - stopped_at) > 0
-    train(_config(tiny_model_dir, arithmetic_jsonl, stopped, "train.resume=true"), verbose=True)
+    train(tiny_config(*SETTINGS, "train.resume=true", run_dir=stopped), verbose=True)
     assert f"requesting again the {len(pending)} rounds in flight" in capsys.readouterr().out
     want, got = _prompts_by_step(straight), _prompts_by_step(stopped)
     assert sorted(got) == list(range(1, 7))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo.config import ConfigError, load_config
+from grpo.config import ConfigError
 from grpo.rewards.runner import RewardFunction
 from grpo.runtime.checkpoint import (
     CheckpointError,
@@ -29,6 +29,7 @@ from grpo.runtime.checkpoint import (
     verify_checkpoint,
 )
 from grpo.runtime.resume import clean_leftovers, rewind_logs
+from tests.user_code.user_rewards import digit_fraction
 
 STEPS = 4
 
@@ -141,38 +142,23 @@ def test_rewind_cuts_every_appended_log_back_to_the_checkpoint_and_a_torn_line(t
 # --- exact resume ------------------------------------------------------------------------
 
 
-def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-
-def _config(model_dir: Path, data: Path, run_dir: Path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{model_dir}'",
-            f"data.train_path='{data}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            f"train.steps={STEPS}",
-            "train.prompts_per_step=2",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=4",
-            "train.sequences_per_micro_batch=3",
-            "algorithm.inner_iterations=2",
-            "algorithm.beta=0.05",
-            "optim.lr=3e-3",
-            "optim.schedule='linear'",
-            "optim.warmup_steps=2",
-            "train.save_every=2",
-            f"train.run_dir='{run_dir}'",
-            "train.progress=false",
-            "train.tensorboard=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config_at's
+    f"train.steps={STEPS}",
+    "train.prompts_per_step=2",
+    "rollout.max_new_tokens=4",
+    "train.sequences_per_micro_batch=3",
+    "algorithm.inner_iterations=2",
+    "algorithm.beta=0.05",
+    "optim.lr=3e-3",
+    "optim.schedule='linear'",
+    "optim.warmup_steps=2",
+    "train.save_every=2",
+    "train.tensorboard=false",
+)
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_model_dir, tmp_path_factory):
+def runs(tiny_config_at, tmp_path_factory):
     """(straight run dir, stopped-and-resumed run dir, config factory)."""
     from grpo.demo.task import make_splits, write_jsonl
     from grpo.training.loop import train
@@ -182,7 +168,7 @@ def runs(tiny_model_dir, tmp_path_factory):
     data = write_jsonl(rows, root / "four.jsonl")
 
     def config(run: str, *extra: str):
-        return _config(tiny_model_dir, data, root / run, *extra)
+        return tiny_config_at(root / run, *SETTINGS, *extra, data=data)
 
     rewards = [RewardFunction(name="digit_fraction", fn=digit_fraction)]
     train(config("straight"), reward_functions=rewards, verbose=False)

@@ -7,47 +7,33 @@ import math
 import pytest
 import torch
 
-from grpo.config import ConfigError, load_config
+from grpo.config import ConfigError
 from grpo.rewards.runner import RewardFunction
+from tests.user_code.user_rewards import digit_fraction
 
 
 def offset_digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
     """1 + the digit fraction: the constant 1 is what a critic should learn first."""
-    return [1.0 + sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+    return [1.0 + reward for reward in digit_fraction(prompts, completions)]
 
 
 REWARDS = [RewardFunction(name="offset_digit_fraction", fn=offset_digit_fraction)]
 
 
-def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "algorithm.estimator='ppo'",
-            "train.prompts_per_step=4",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=6",
-            "train.sequences_per_micro_batch=3",
-            f"train.run_dir='{tmp_path / 'run'}'",
-            "optim.lr=1e-2",
-            "train.progress=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "algorithm.estimator='ppo'",
+    "rollout.group_size=2",
+    "train.sequences_per_micro_batch=3",
+)
 
 
-def test_ppo_trains_policy_and_critic(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+def test_ppo_trains_policy_and_critic(tiny_config, tiny_model_dir) -> None:
     from transformers import AutoModelForCausalLM
 
     from grpo.training.loop import train
 
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path,
+    config = tiny_config(
+        *SETTINGS,
         "train.steps=6",
         "algorithm.beta=0.05",
         "ppo.critic_lr=1e-2",
@@ -72,18 +58,16 @@ def test_ppo_trains_policy_and_critic(tiny_model_dir, arithmetic_jsonl, tmp_path
     assert all(moved)
 
 
-def test_group_size_one_is_allowed_for_ppo_only(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
-    _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "rollout.group_size=1")
+def test_group_size_one_is_allowed_for_ppo_only(tiny_config) -> None:
+    tiny_config(*SETTINGS, "rollout.group_size=1")
     with pytest.raises(ConfigError, match=r"rollout\.group_size"):
-        _config(
-            tiny_model_dir,
-            arithmetic_jsonl,
-            tmp_path,
+        tiny_config(
+            *SETTINGS,
             "rollout.group_size=1",
             "algorithm.estimator='grpo'",
         )
     with pytest.raises(ConfigError, match=r"train\.resume"):
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.resume=true")
+        tiny_config(*SETTINGS, "train.resume=true")
 
 
 def test_lora_critic_trains_adapters_and_head_only(

@@ -24,6 +24,8 @@ from grpo.rollout.hf_engine import TransformersEngine
 REWARD_MODULE = """
 import json, os
 
+import user_rewards
+
 
 def _dump(completions, rewards):
     path = os.environ.get("GRPO_TEST_DUMP")
@@ -33,7 +35,7 @@ def _dump(completions, rewards):
 
 
 def digit_fraction(prompts, completions, **_):
-    rewards = [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+    rewards = user_rewards.digit_fraction(prompts, completions)
     _dump(completions, rewards)
     return rewards
 

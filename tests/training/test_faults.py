@@ -20,36 +20,24 @@ from grpo.config import load_config
 from grpo.rewards.runner import RewardFunction
 from grpo.runtime.checkpoint import verify_checkpoint
 from grpo.runtime.faults import GracefulStop, TrainingStopped
-
-
-def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+from tests.user_code.user_rewards import digit_fraction
 
 
 def test_non_finite_updates_are_skipped_then_the_run_stops_at_the_limit(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
+    tiny_config, tmp_path
 ) -> None:
     from grpo.training.loop import train
 
     run_dir = tmp_path / "run"
-    config = load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "train.steps=6",
-            "train.prompts_per_step=2",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=4",
-            "algorithm.beta=0.0",
-            "optim.lr=1e30",  # the weights overflow after the first update
-            "train.save_every=1",
-            "train.max_consecutive_skips=2",
-            f"train.run_dir='{run_dir}'",
-            "train.progress=false",
-            "train.tensorboard=false",
-        ],
+    config = tiny_config(
+        "train.steps=6",
+        "train.prompts_per_step=2",
+        "rollout.max_new_tokens=4",
+        "algorithm.beta=0.0",
+        "optim.lr=1e30",  # the weights overflow after the first update
+        "train.save_every=1",
+        "train.max_consecutive_skips=2",
+        "train.tensorboard=false",
     )
     rewards = [RewardFunction(name="digit_fraction", fn=digit_fraction)]
     with pytest.raises(TrainingStopped) as stopped:

@@ -9,44 +9,20 @@ import shutil
 import pytest
 import torch
 
-from grpo.config import load_config
 from grpo.rewards.runner import RewardFunction
+from tests.user_code.user_rewards import digit_fraction
 
-
-def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-    """Varies between random completions, so groups have signal."""
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-
-def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "train.steps=2",
-            "train.prompts_per_step=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=6",
-            "train.sequences_per_micro_batch=5",
-            f"train.run_dir='{tmp_path / 'run'}'",
-            "optim.lr=1e-2",
-            "train.progress=false",
-            *extra,
-        ],
-    )
-
+SETTINGS = ("train.sequences_per_micro_batch=5",)  # over tiny_config's
 
 REWARDS = [RewardFunction(name="digit_fraction", fn=digit_fraction)]
 
 
-def test_two_steps_move_every_parameter(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+def test_two_steps_move_every_parameter(tiny_config, tiny_model_dir) -> None:
     from transformers import AutoModelForCausalLM
 
     from grpo.training.loop import train
 
-    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.beta=0.05")
+    config = tiny_config(*SETTINGS, "algorithm.beta=0.05")
     before = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     result = train(config, reward_functions=REWARDS, verbose=False)
     trained = [row for row in result.history if row["groups_trained"] > 0]
@@ -68,9 +44,7 @@ def test_two_steps_move_every_parameter(tiny_model_dir, arithmetic_jsonl, tmp_pa
         assert key in json.loads(lines[-1])
 
 
-def test_beta_zero_loads_no_reference_model(
-    tiny_model_dir, arithmetic_jsonl, tmp_path, monkeypatch
-) -> None:
+def test_beta_zero_loads_no_reference_model(tiny_config, monkeypatch) -> None:
     import grpo.training.loop
     import grpo.training.setup_learner
 
@@ -78,14 +52,12 @@ def test_beta_zero_loads_no_reference_model(
         raise AssertionError("a reference model was loaded with beta = 0")
 
     monkeypatch.setattr(grpo.training.setup_learner, "load_reference", forbidden)
-    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.beta=0.0")
+    config = tiny_config(*SETTINGS, "algorithm.beta=0.0")
     result = grpo.training.loop.train(config, reward_functions=REWARDS, verbose=False)
     assert all("kl" not in row for row in result.history)
 
 
-def test_zero_variance_groups_are_skipped_and_counted(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_zero_variance_groups_are_skipped_and_counted(tiny_config) -> None:
     from grpo.training.loop import train
 
     constant = [
@@ -93,29 +65,18 @@ def test_zero_variance_groups_are_skipped_and_counted(
             name="constant", fn=lambda prompts, completions, **_: [1.0] * len(completions)
         )
     ]
-    result = train(
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path),
-        reward_functions=constant,
-        verbose=False,
-    )
+    result = train(tiny_config(*SETTINGS), reward_functions=constant, verbose=False)
     for row in result.history:
         assert row["zero_variance_frac"] == 1.0 and row["groups_trained"] == 0
         assert "grad_norm" not in row  # no forward/backward was spent
 
 
-def test_resume_continues_from_the_checkpoint(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+def test_resume_continues_from_the_checkpoint(tiny_config) -> None:
     from grpo.training.loop import train
 
-    first = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.save_every=1")
+    first = tiny_config(*SETTINGS, "train.save_every=1")
     train(first, reward_functions=REWARDS, verbose=False)
-    resumed = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path,
-        "train.save_every=1",
-        "train.resume=true",
-        "train.steps=3",
-    )
+    resumed = tiny_config(*SETTINGS, "train.save_every=1", "train.resume=true", "train.steps=3")
     result = train(resumed, reward_functions=REWARDS, verbose=False)
     assert [row["step"] for row in result.history] == [3]
 
@@ -129,13 +90,11 @@ def test_resume_continues_from_the_checkpoint(tiny_model_dir, arithmetic_jsonl, 
         ("optim.lr='fast'", "optim.lr must be a number"),
     ],
 )
-def test_bad_config_names_the_key(
-    tiny_model_dir, arithmetic_jsonl, tmp_path, override, message
-) -> None:
+def test_bad_config_names_the_key(tiny_config, override, message) -> None:
     from grpo.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, override)
+        tiny_config(*SETTINGS, override)
 
 
 @pytest.mark.slow
@@ -143,21 +102,18 @@ def test_bad_config_names_the_key(
     shutil.which("c++") is None and shutil.which("g++") is None,
     reason="torch.compile on a CPU builds C++ kernels: no C++ compiler here",
 )
-def test_compiled_training_passes_train_as_the_eager_ones(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_compiled_training_passes_train_as_the_eager_ones(tiny_config, tmp_path) -> None:
     """train.compile: the same completions and rewards (sampling is eager), the same loss
     and gradient norm up to rounding, the compilation logged as time/compile on its step."""
     from grpo.training.loop import train
 
     runs = {}
     for compiled in (False, True):
-        config = _config(
-            tiny_model_dir,
-            arithmetic_jsonl,
-            tmp_path / str(compiled),
+        config = tiny_config(
+            *SETTINGS,
             "algorithm.beta=0.05",
             f"train.compile={str(compiled).lower()}",
+            run_dir=tmp_path / str(compiled) / "run",
         )
         runs[compiled] = train(config, reward_functions=REWARDS, verbose=False)
     eager, compiled = runs[False], runs[True]

@@ -12,41 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from grpo.config import AlgorithmConfig, ConfigError, load_config
+from grpo.config import AlgorithmConfig, ConfigError
 from grpo.rewards.runner import RewardFunction
 from grpo.training.setup_learner import correction_settings
+from tests.user_code.user_rewards import digit_fraction
 
 GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 
 
-def digit_fraction(prompts: list[str], completions: list[str], **_: object) -> list[float]:
-    """Varies between random completions, so groups have signal."""
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-
 REWARDS = [RewardFunction(name="digit_fraction", fn=digit_fraction)]
-
-
-def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "train.steps=2",
-            "train.prompts_per_step=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=6",
-            "train.sequences_per_micro_batch=5",
-            f"train.run_dir='{tmp_path / 'run'}'",
-            "optim.lr=1e-2",
-            "algorithm.beta=0",
-            "train.progress=false",
-            "train.tensorboard=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "train.sequences_per_micro_batch=5",
+    "algorithm.beta=0",
+    "train.tensorboard=false",
+)
 
 
 def _glossary() -> set[str]:
@@ -63,15 +42,11 @@ def _undocumented(rows: list[dict[str, float]]) -> list[str]:
     return sorted(keys - _glossary())
 
 
-def test_a_mismatched_sampler_trains_and_logs_the_mismatch(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_a_mismatched_sampler_trains_and_logs_the_mismatch(tiny_config) -> None:
     from grpo.training.loop import train
 
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path,
+    config = tiny_config(
+        *SETTINGS,
         "rollout.top_k=4",  # the sampler renormalises over 4 tokens; the trainer does not
         "algorithm.sampler_correction='tis'",
         "algorithm.sampler_is_cap=2.0",
@@ -91,15 +66,11 @@ def test_a_mismatched_sampler_trains_and_logs_the_mismatch(
     assert _undocumented(_logged(result.run_dir)) == []
 
 
-def test_gspo_entropy_bonus_and_overlong_options_run(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_gspo_entropy_bonus_and_overlong_options_run(tiny_config) -> None:
     from grpo.training.loop import train
 
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path,
+    config = tiny_config(
+        *SETTINGS,
         "rollout.top_p=0.9",
         "algorithm.ratio_level='sequence'",
         "algorithm.entropy_coef=0.01",
@@ -143,19 +114,11 @@ def test_auto_correction_is_tis_for_vllm_and_none_for_the_built_in_engine() -> N
         ("algorithm.overlong_penalty=-1", "algorithm.overlong_penalty must be ≥ 0"),
     ],
 )
-def test_bad_settings_name_the_key(
-    tiny_model_dir, arithmetic_jsonl, tmp_path, override: str, message: str
-) -> None:
+def test_bad_settings_name_the_key(tiny_config, override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, override)
+        tiny_config(*SETTINGS, override)
 
 
-def test_gspo_needs_the_group_baseline(tiny_model_dir, arithmetic_jsonl, tmp_path) -> None:
+def test_gspo_needs_the_group_baseline(tiny_config) -> None:
     with pytest.raises(ConfigError, match=re.escape("algorithm.ratio_level = 'sequence'")):
-        _config(
-            tiny_model_dir,
-            arithmetic_jsonl,
-            tmp_path,
-            "algorithm.ratio_level='sequence'",
-            "algorithm.estimator='ppo'",
-        )
+        tiny_config(*SETTINGS, "algorithm.ratio_level='sequence'", "algorithm.estimator='ppo'")

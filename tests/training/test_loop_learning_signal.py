@@ -7,29 +7,13 @@ import json
 import pytest
 import torch
 
-from grpo.config import load_config
 from grpo.rewards.runner import RewardFunction
 
-
-def _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path='{tiny_model_dir}'",
-            f"data.train_path='{arithmetic_jsonl}'",
-            "rewards=[{function='grpo.rewards:numeric_answer'}]",
-            "train.steps=2",
-            "train.prompts_per_step=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=4",
-            "train.sequences_per_micro_batch=8",
-            f"train.run_dir='{tmp_path / 'run'}'",
-            "optim.lr=1e-2",
-            "algorithm.beta=0.0",
-            "train.progress=false",
-            *extra,
-        ],
-    )
+SETTINGS = (  # over tiny_config's
+    "rollout.max_new_tokens=4",
+    "train.sequences_per_micro_batch=8",
+    "algorithm.beta=0.0",
+)
 
 
 def scripted(patterns: list[list[list[float]]]):
@@ -48,9 +32,7 @@ def scripted(patterns: list[list[list[float]]]):
 MIXED, RIGHT, WRONG = [1.0, 0.0, 1.0, 0.0], [1.0] * 4, [0.0] * 4
 
 
-def test_dynamic_sampling_refills_until_enough_informative_groups(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_dynamic_sampling_refills_until_enough_informative_groups(tiny_config, tmp_path) -> None:
     from grpo.training.loop import train
 
     # Step 1: round 1 has 1 mixed group of 4, round 2 has 2, round 3 has 4 → 7 ≥ 4 after 3
@@ -62,7 +44,7 @@ def test_dynamic_sampling_refills_until_enough_informative_groups(
             [MIXED] * 4,
         ]
     )
-    config = _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "algorithm.dynamic_sampling=true")
+    config = tiny_config(*SETTINGS, "algorithm.dynamic_sampling=true")
     history = train(config, reward_functions=rewards, verbose=False).history
     assert len(calls) == 4
     first, second = history
@@ -83,16 +65,12 @@ def test_dynamic_sampling_refills_until_enough_informative_groups(
     assert sum(row["successes"] for row in rows) == 2 * 4 + 7 * 2 + 4 * 2  # right + mixed
 
 
-def test_dynamic_sampling_stops_at_the_round_cap(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_dynamic_sampling_stops_at_the_round_cap(tiny_config) -> None:
     from grpo.training.loop import train
 
     rewards, calls = scripted([[WRONG] * 4])
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path,
+    config = tiny_config(
+        *SETTINGS,
         "algorithm.dynamic_sampling=true",
         "algorithm.max_generation_rounds=3",
     )
@@ -105,15 +83,11 @@ def test_dynamic_sampling_stops_at_the_round_cap(
     assert history[-1]["samples/wasted_frac_total"] == 1.0
 
 
-def test_uniform_sampling_reports_wasted_samples(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_uniform_sampling_reports_wasted_samples(tiny_config) -> None:
     from grpo.training.loop import train
 
     rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
-    history = train(
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path), reward_functions=rewards, verbose=False
-    ).history
+    history = train(tiny_config(*SETTINGS), reward_functions=rewards, verbose=False).history
     for step, row in enumerate(history, start=1):
         assert row["generation_rounds"] == 1 and row["groups_trained"] == 2
         assert row["samples/zero_variance"] == 8 and row["samples/zero_variance_total"] == 8 * step
@@ -121,16 +95,14 @@ def test_uniform_sampling_reports_wasted_samples(
         assert row["groups/mixed_frac"] == 0.5
 
 
-def test_curriculum_run_saves_and_resumes_its_statistics(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_curriculum_run_saves_and_resumes_its_statistics(tiny_config, tmp_path) -> None:
     from grpo.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from grpo.training.loop import train
 
     rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
     options = ("curriculum.enabled=true", "curriculum.strength=2.0", "train.save_every=1")
     train(
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *options),
+        tiny_config(*SETTINGS, *options),
         reward_functions=rewards,
         verbose=False,
     )
@@ -140,10 +112,8 @@ def test_curriculum_run_saves_and_resumes_its_statistics(
     assert sum(stats["successes"]) == 2 * (2 + 4 + 0 + 2)  # per step: 2 mixed, 1 right
     assert max(stats["last_step"]) == 2 and state["draws"] == 2
     resumed = train(
-        _config(
-            tiny_model_dir,
-            arithmetic_jsonl,
-            tmp_path,
+        tiny_config(
+            *SETTINGS,
             *options,
             "train.resume=true",
             "train.steps=3",
@@ -155,14 +125,12 @@ def test_curriculum_run_saves_and_resumes_its_statistics(
     assert resumed.history[0]["samples/generated_total"] == 48
 
 
-def test_first_step_rows_are_all_of_medium_estimated_difficulty(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_first_step_rows_are_all_of_medium_estimated_difficulty(tiny_config) -> None:
     from grpo.training.loop import train
 
     rewards, _ = scripted([[MIXED, RIGHT, WRONG, MIXED]])
     history = train(
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, "train.steps=1"),
+        tiny_config(*SETTINGS, "train.steps=1"),
         reward_functions=rewards,
         verbose=False,
     ).history
@@ -174,9 +142,7 @@ def test_first_step_rows_are_all_of_medium_estimated_difficulty(
     assert 0.0 <= row["reasoning/self_correction_rate"] <= 1.0
 
 
-def test_pooled_curriculum_checkpoints_its_recent_counts(
-    tiny_model_dir, arithmetic_jsonl, tmp_path
-) -> None:
+def test_pooled_curriculum_checkpoints_its_recent_counts(tiny_config, tmp_path) -> None:
     from grpo.data.prompt_stats import PromptStats
     from grpo.runtime.checkpoint import latest_checkpoint, load_checkpoint
     from grpo.training.loop import train
@@ -191,7 +157,7 @@ def test_pooled_curriculum_checkpoints_its_recent_counts(
         "train.save_every=1",
     )
     first = train(
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *options),
+        tiny_config(*SETTINGS, *options),
         reward_functions=rewards,
         verbose=False,
     )
@@ -202,10 +168,8 @@ def test_pooled_curriculum_checkpoints_its_recent_counts(
     recent.load_state_dict(stats)
     assert float(recent.recent(2)[0].sum()) == pytest.approx(16 * 0.5**0.25 + 16)
     resumed = train(
-        _config(
-            tiny_model_dir,
-            arithmetic_jsonl,
-            tmp_path,
+        tiny_config(
+            *SETTINGS,
             *options,
             "train.resume=true",
             "train.steps=3",
@@ -217,14 +181,12 @@ def test_pooled_curriculum_checkpoints_its_recent_counts(
 
 
 @pytest.mark.parametrize("scale", ["rloo", "none", "batch"])
-def test_advantage_variants_train(tiny_model_dir, arithmetic_jsonl, tmp_path, scale) -> None:
+def test_advantage_variants_train(tiny_config, scale) -> None:
     from grpo.training.loop import train
 
     rewards, _ = scripted([[MIXED, RIGHT, [0.0, 2.0, 0.0, 0.0], WRONG]])
-    config = _config(
-        tiny_model_dir,
-        arithmetic_jsonl,
-        tmp_path,
+    config = tiny_config(
+        *SETTINGS,
         f"algorithm.advantage_scale='{scale}'",
         "train.steps=1",
     )
@@ -248,10 +210,8 @@ def test_advantage_variants_train(tiny_model_dir, arithmetic_jsonl, tmp_path, sc
         (("curriculum.exploration=1.5",), r"curriculum.exploration must be in \[0, 1\]"),
     ],
 )
-def test_bad_learning_signal_config_names_the_key(
-    tiny_model_dir, arithmetic_jsonl, tmp_path, overrides, message
-) -> None:
+def test_bad_learning_signal_config_names_the_key(tiny_config, overrides, message) -> None:
     from grpo.config import ConfigError
 
     with pytest.raises(ConfigError, match=message):
-        _config(tiny_model_dir, arithmetic_jsonl, tmp_path, *overrides)
+        tiny_config(*SETTINGS, *overrides)

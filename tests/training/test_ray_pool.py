@@ -49,24 +49,10 @@ POLL_S = 300.0  # an actor's start (a fresh process importing torch) takes secon
 TIMED, SECONDS = ("time/", "async/"), "/seconds"  # metrics that differ between runs
 
 
-REWARDS = """
-def digit_fraction(prompts, completions, **_):
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-"""
-
-
 @pytest.fixture(scope="module")
-def user_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with a reward module that workers import by name, as a user's own."""
-    folder = tmp_path_factory.mktemp("user_code")
-    (folder / "ray_pool_rewards.py").write_text(REWARDS)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def cluster(user_code: Path) -> Iterator[Cluster]:
+def cluster(user_code_dir: Path) -> Iterator[Cluster]:
     """Two nodes of 1 CPU, this process their driver; shut down after the module. The
-    job's workers find ``user_code`` on their PYTHONPATH (a runtime environment)."""
+    job's workers find ``user_code_dir`` on their PYTHONPATH (a runtime environment)."""
     if ray.is_initialized():
         ray.shutdown()
     nodes = Cluster(
@@ -80,7 +66,7 @@ def cluster(user_code: Path) -> Iterator[Cluster]:
             address=nodes.address,
             log_to_driver=False,
             logging_level="warning",
-            runtime_env={"env_vars": {"PYTHONPATH": str(user_code)}},
+            runtime_env={"env_vars": {"PYTHONPATH": str(user_code_dir)}},
         )
         yield nodes
     finally:
@@ -363,30 +349,21 @@ def test_a_pool_that_started_ray_shuts_it_down_and_keeps_worker_logs_quiet(
 
 @pytest.mark.slow
 def test_training_on_two_nodes_is_the_local_backend_run(
-    cluster, tiny_model_dir, arithmetic_jsonl, user_code, tmp_path, monkeypatch
+    cluster, tiny_config, user_rewards, tmp_path
 ) -> None:
     """max_staleness 0, 2 workers: local processes and Ray actors on 2 nodes train the
     same weights and log the same metrics (times aside)."""
     from grpo.training.loop import train
 
-    monkeypatch.syspath_prepend(str(user_code))  # the local workers' (spawned) path
-
     def run(backend: str) -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
         run_dir = tmp_path / backend
-        config = load_config(
-            None,
-            [
-                f"model.path='{tiny_model_dir}'",
-                f"data.train_path='{arithmetic_jsonl}'",
-                "rewards=[{function='ray_pool_rewards:digit_fraction'}, "
-                "{function='grpo.rewards:numeric_answer', weight=0.5}]",
-                *("train.steps=3", "train.prompts_per_step=4", "rollout.group_size=4"),
-                *("rollout.max_new_tokens=6", "train.sequences_per_micro_batch=8"),
-                *("optim.lr=1e-2", "algorithm.beta=0.05", "train.progress=false"),
-                *("rollout.mode='async'", "rollout.max_staleness=0", "rollout.workers=2"),
-                f"rollout.backend='{backend}'",
-                f"train.run_dir='{run_dir}'",
-            ],
+        config = tiny_config(  # user_rewards: importable by the local (spawned) workers too
+            f"rewards=[{{function='{user_rewards}'}}, "
+            "{function='grpo.rewards:numeric_answer', weight=0.5}]",
+            *("train.steps=3", "train.sequences_per_micro_batch=8", "algorithm.beta=0.05"),
+            *("rollout.mode='async'", "rollout.max_staleness=0", "rollout.workers=2"),
+            f"rollout.backend='{backend}'",
+            run_dir=run_dir,
         )
         train(config, verbose=False)
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
