@@ -213,7 +213,8 @@ def test_chat_template_renders_the_agent_conversation(
             messages, tools=[tool_schema(add)], add_generation_prompt=True, tokenize=False
         )
         assert expected == f"<system>Be brief.<user>{prompt}[1 tools]<assistant>"
-        ids = produced.rollout.prompt_ids_BP[row][produced.rollout.prompt_mask_BP[row].bool()]
+        rollout = produced.local_rollout
+        ids = rollout.prompt_ids_BP[row][rollout.prompt_mask_BP[row].bool()]
         assert ids.tolist() == tokenizer(expected, add_special_tokens=False)["input_ids"]
     history = train(config, verbose=False).history
     assert len(history) == 2 and any(row["groups_trained"] > 0 for row in history)

@@ -189,9 +189,9 @@ def test_logged_token_ids_are_the_ids_the_update_trained_on(
     seen: list[dict[str, list[list[int]]]] = []
     real_learn = loop.learn
 
-    def recording_learn(learner: Any, generation: Any, selection: Any, dist: Any) -> Any:
+    def recording_learn(learner: Any, scored: Any, selection: Any, dist: Any) -> Any:
         """The real update, after keeping the step's last round's rows as it gets them."""
-        rollout, rows = generation.rollout, len(generation.last.prompts)
+        rollout, rows = scored.local_rollout, len(scored.final_round.local_prompts)
         real_BT, prompt_BP = rollout.real_mask_BT.bool(), rollout.prompt_mask_BP.bool()
         seen.append(
             {
@@ -209,7 +209,7 @@ def test_logged_token_ids_are_the_ids_the_update_trained_on(
                 ],
             }
         )
-        return real_learn(learner, generation, selection, dist)
+        return real_learn(learner, scored, selection, dist)
 
     monkeypatch.setattr(loop, "learn", recording_learn)
     data = tmp_path / "prompts.jsonl"

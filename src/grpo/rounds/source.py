@@ -143,24 +143,41 @@ class ScoredRows:
             for name in (*ROW_COLUMNS, "zero_variance_N", "skipped_N")
             if getattr(rounds[0], name) is not None
         }
-        metrics = reduce_rounds([r.metrics for r in rounds])
-        return ScoredRows(
+        joined = join_blocks(
+            rounds,
+            pad_token_id,
             indices=[index for r in rounds for index in r.indices],
-            group_size=rounds[0].group_size,
-            local_rollout=concat_rollouts([r.local_rollout for r in rounds], pad_token_id),
-            local_prompts=[text for r in rounds for text in r.local_prompts],
-            local_completions=[text for r in rounds for text in r.local_completions],
-            local_columns=join_columns([r.local_columns for r in rounds]),
-            extra_rewards=rounds[0].extra_rewards,
-            local_skip_B=cat_optional([r.local_skip_B for r in rounds]),
-            local_failed_B=cat_optional([r.local_failed_B for r in rounds]),
-            local_env_tokens_B=cat_optional([r.local_env_tokens_B for r in rounds]),
-            producer_metrics={},
-            local_scores=RewardScores.cat([r.local_scores for r in rounds], metrics),
-            **gathered,
-            rounds=len(rounds),
-            last=rounds[-1],
+            producer_metrics={},  # folded into the scores' metrics just below
+            score_metrics=reduce_rounds([r.metrics for r in rounds]),
         )
+        return dataclasses.replace(joined, **gathered, rounds=len(rounds), last=rounds[-1])
+
+
+def join_blocks(
+    parts: list[ScoredRows],
+    pad_token_id: int,
+    *,
+    indices: list[int],
+    producer_metrics: dict[str, float],
+    score_metrics: dict[str, float],
+) -> ScoredRows:
+    """Blocks of this process's scored rows side by side, in order (a step's rounds, or a
+    round's chunks from several workers); the metrics are the caller's combination, since
+    rounds and chunks combine theirs by different rules of the metric table."""
+    return ScoredRows(
+        indices=indices,
+        group_size=parts[0].group_size,
+        local_rollout=concat_rollouts([p.local_rollout for p in parts], pad_token_id),
+        local_prompts=[text for p in parts for text in p.local_prompts],
+        local_completions=[text for p in parts for text in p.local_completions],
+        local_columns=join_columns([p.local_columns for p in parts]),
+        extra_rewards=parts[0].extra_rewards,
+        local_skip_B=cat_optional([p.local_skip_B for p in parts]),
+        local_failed_B=cat_optional([p.local_failed_B for p in parts]),
+        local_env_tokens_B=cat_optional([p.local_env_tokens_B for p in parts]),
+        producer_metrics=producer_metrics,
+        local_scores=RewardScores.cat([p.local_scores for p in parts], score_metrics),
+    )
 
 
 def join_columns(parts: list[dict[str, list]]) -> dict[str, list]:

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo.log.metric_table import reduce_processes
-from grpo.rewards.runner import RewardScores
-from grpo.rollout.engine import concat_rollouts
-from grpo.rounds.source import ScoredRows, cat_optional, join_columns
+from grpo.rounds.source import ScoredRows, join_blocks
 
 
 @dataclass(frozen=True)
@@ -85,20 +83,12 @@ def join_chunks(results: list[ChunkResult], pad_token_id: int) -> ScoredRows:
     if len(results) == 1:
         return results[0].rows
     parts = [r.rows for r in results]
-    scores = [p.local_scores for p in parts]
-    return ScoredRows(
-        indices=parts[0].indices,
-        group_size=parts[0].group_size,
-        local_rollout=concat_rollouts([p.local_rollout for p in parts], pad_token_id),
-        local_prompts=[text for p in parts for text in p.local_prompts],
-        local_completions=[text for p in parts for text in p.local_completions],
-        local_columns=join_columns([p.local_columns for p in parts]),
-        extra_rewards=parts[0].extra_rewards,
-        local_skip_B=cat_optional([p.local_skip_B for p in parts]),
-        local_failed_B=cat_optional([p.local_failed_B for p in parts]),
-        local_env_tokens_B=cat_optional([p.local_env_tokens_B for p in parts]),
+    return join_blocks(
+        parts,
+        pad_token_id,
+        indices=parts[0].indices,  # every chunk is of the same round
         producer_metrics=_combine([p.producer_metrics for p in parts]),
-        local_scores=RewardScores.cat(scores, _combine([s.metrics for s in scores])),
+        score_metrics=_combine([p.local_scores.metrics for p in parts]),
     )
 
 
