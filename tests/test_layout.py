@@ -120,7 +120,7 @@ def test_the_layer_rule_is_checked_for_real() -> None:
     assert "grpo.algo.groups" in _graph()["grpo.algo.advantages"]
     assert _layer("grpo.training.update.policy") == "training.update"
     assert _layer("grpo.training.loop") == "training"
-    assert _layer("grpo.rounds.workers.feeder") == "rounds.workers"
+    assert _layer("grpo.rounds.workers.async_rounds") == "rounds.workers"
     assert _layer("grpo.rounds.source") == "rounds"
 
 

@@ -14,7 +14,7 @@ One container carries the rows from the producer to the update's selection:
 view (``*_N``).
 
 The loop reads a :class:`RoundSource`: :class:`SyncRounds` samples each round when the loop
-asks for it; :class:`~grpo.rounds.workers.feeder.AsyncRounds` hands over rounds that
+asks for it; :class:`~grpo.rounds.workers.async_rounds.AsyncRounds` hands over rounds that
 rollout workers sampled ahead (``rollout.mode = "async"``).
 """
 

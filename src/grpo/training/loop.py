@@ -9,7 +9,7 @@ dropped and counted) → record the per-prompt statistics the curriculum draws b
 once, in :func:`~grpo.training.setup.set_up`; the loop reads a
 :class:`~grpo.rounds.source.RoundSource` and does not know whether rounds are sampled
 when asked (:class:`~grpo.rounds.source.SyncRounds`) or by rollout workers ahead of it
-(:class:`~grpo.rounds.workers.feeder.AsyncRounds`).
+(:class:`~grpo.rounds.workers.async_rounds.AsyncRounds`).
 
 Departures from the paper (Shao et al. 2024), each a documented option: the advantage's
 scale (``algorithm.advantage_scale``), the loss aggregation (``algorithm.aggregation``),

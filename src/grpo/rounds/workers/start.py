@@ -12,7 +12,7 @@ from grpo.config import Config
 from grpo.data.sampler import PromptSampler
 from grpo.rewards.runner import RewardFunction
 from grpo.rounds.source import RoundMaker
-from grpo.rounds.workers.feeder import AsyncRounds, AsyncSettings
+from grpo.rounds.workers.async_rounds import AsyncRounds, AsyncSettings
 from grpo.rounds.workers.pool import WorkerPool
 from grpo.rounds.workers.worker import WorkerSpec
 from grpo.runtime.distributed import Dist
