@@ -31,6 +31,7 @@ import torch
 
 from grpo.agents.replies import Opening, TurnState, open_prompts, reply_to_turn
 from grpo.agents.settings import AgentSettings
+from grpo.algo.groups import group_of
 from grpo.rewards.runner import RewardFunction
 from grpo.rollout.engine import Rollout, RolloutRequest, SamplingParams
 from grpo.rollout.turns import Trajectory, TurnEngine, assemble_trajectories
@@ -101,7 +102,8 @@ def run_trajectories(
     names = names or [f"prompt {index}" for index in range(len(records))]
     needed: dict[int, int] = {}
     for row in rows:
-        needed[row // group_size] = needed.get(row // group_size, 0) + 1
+        prompt = group_of(row, group_size)
+        needed[prompt] = needed.get(prompt, 0) + 1
     openings = open_prompts(records, needed, names, settings)
     prompt_ids = {i: settings.chat.prompt_ids(o.messages) for i, o in openings.items()}
     # Other processes' prompts are never read by the engine: their ids are left empty.
@@ -161,7 +163,7 @@ def _rows(
     taken = dict.fromkeys(openings, 0)
     states = []
     for row in rows:
-        index = row // group_size
+        index = group_of(row, group_size)
         opening = openings[index]
         environment = None
         if opening.failure is None and opening.environments:

@@ -19,6 +19,19 @@ from __future__ import annotations
 
 import torch
 
+CORRECT_AT = 1.0  # an accuracy reward's value from which a completion is correct
+
+
+def is_correct(accuracy_B: torch.Tensor) -> torch.Tensor:
+    """Which completions an accuracy reward scores correct (bool): a value ≥ 1. Training's
+    ``accuracy`` and curriculum, and ``grpo eval``'s pass@k, all count by this rule.
+
+    Example:
+        >>> is_correct(torch.tensor([1.0, 0.99, 2.0])).tolist()
+        [True, False, True]
+    """
+    return accuracy_B >= CORRECT_AT
+
 
 def completion_successes(rewards_B: torch.Tensor, accuracy_B: torch.Tensor | None) -> torch.Tensor:
     """Per completion, 1 for a success and 0 for a failure.
@@ -27,7 +40,7 @@ def completion_successes(rewards_B: torch.Tensor, accuracy_B: torch.Tensor | Non
     [0, 1] (a fractional success, which a Beta posterior counts as such).
     """
     if accuracy_B is not None:
-        return (accuracy_B >= 1.0).float()
+        return is_correct(accuracy_B).float()
     return rewards_B.float().clamp(0.0, 1.0)
 
 

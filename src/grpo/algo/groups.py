@@ -9,7 +9,38 @@ failed on a row under ``on_error = "skip_group"``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import torch
+
+Value = TypeVar("Value")
+
+
+def group_of(row: int | torch.Tensor, group_size: int) -> int | torch.Tensor:
+    """The group of row ``row``, which is also the index of its prompt among the round's:
+    row b belongs to group b // G (rows of one group are contiguous).
+
+    Example:
+        >>> group_of(5, 4), group_of(torch.arange(3, 6), 2).tolist()
+        (1, [1, 2, 2])
+    """
+    return row // group_size
+
+
+def rows_of(
+    values_N: Sequence[Value] | torch.Tensor, group_size: int
+) -> list[Value] | torch.Tensor:
+    """The N → B expansion: each group's value once per row of the group, in row order (the
+    inverse of :func:`group_of`).
+
+    Example:
+        >>> rows_of(torch.tensor([True, False]), 2).tolist(), rows_of(["a", "b"], 2)
+        ([True, True, False, False], ['a', 'a', 'b', 'b'])
+    """
+    if isinstance(values_N, torch.Tensor):
+        return values_N.repeat_interleave(group_size)
+    return [value for value in values_N for _ in range(group_size)]
 
 
 def zero_variance_groups(rewards_NG: torch.Tensor) -> torch.Tensor:

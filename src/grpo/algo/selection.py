@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo.algo.advantages import AdvantageScale, group_advantages
-from grpo.algo.groups import first_groups, informative_groups
+from grpo.algo.groups import first_groups, informative_groups, rows_of
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def select_groups(
         trains_N = ~skipped_N
     else:
         trains_N = first_groups(informative_groups(zero_variance_N, skipped_N), target_groups)
-    keep_B = trains_N.repeat_interleave(rewards_NG.shape[1])
+    keep_B = rows_of(trains_N, rewards_NG.shape[1])
     if drop_B is None:
         return Selection(advantages_B, trains_N, keep_B)
     dropped_B = keep_B & drop_B.to(keep_B.device)

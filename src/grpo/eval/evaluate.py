@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from grpo.agents.trajectories import ENVIRONMENT_REWARD, AgentSettings, run_trajectories
+from grpo.algo.curriculum import is_correct
+from grpo.algo.groups import rows_of
 from grpo.config.errors import ConfigError
 from grpo.config.sections import AgentConfig
 from grpo.data.dataset import PromptDataset
@@ -82,7 +84,7 @@ def greedy_accuracy(
         model, tokenizer, dataset.prompt_token_ids, max_new_tokens=max_new_tokens, all_done=all_done
     )
     scores = score_completions([reward], dataset.prompts, completions, dataset.columns)
-    return (scores.per_function[reward.name] >= 1.0).float().mean().item()
+    return is_correct(scores.per_function[reward.name]).float().mean().item()
 
 
 def run_accuracy_reward(
@@ -205,14 +207,11 @@ def _score(
 ) -> tuple[dict[str, float], torch.Tensor]:
     """Per-reward means and the correct flags of ``per_prompt`` completions per prompt."""
     functions = list(rewards) + ([] if correct in rewards else [correct])
-    columns = {
-        name: [value for value in values for _ in range(per_prompt)]
-        for name, values in dataset.columns.items()
-    }
-    prompts = [prompt for prompt in dataset.prompts for _ in range(per_prompt)]
+    columns = {name: rows_of(values, per_prompt) for name, values in dataset.columns.items()}
+    prompts = rows_of(dataset.prompts, per_prompt)
     scores = score_completions(functions, prompts, samples.completions, columns | samples.columns)
     means = {f.name: scores.per_function[f.name].mean().item() for f in rewards}
-    correct_B = scores.per_function[correct.name] >= 1.0
+    correct_B = is_correct(scores.per_function[correct.name])
     if samples.failed:  # a trajectory whose environment failed is never correct
         correct_B &= ~torch.tensor(samples.failed, dtype=torch.bool)
     return means, correct_B

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from grpo.algo.groups import group_of
 from grpo.models.logprobs import positions_from_mask
 from grpo.models.wrappers import cache_kwarg
 from grpo.rollout.engine import Rollout, RolloutRequest, left_pad
@@ -46,10 +47,10 @@ def prefill_prompts(
     the cache for ``request.params.max_new_tokens`` more tokens (see :func:`preallocate_cache`)."""
     group_size = request.group_size
     device = next(model.parameters()).device
-    first_prompt = first_row // group_size
-    prompts = request.prompt_token_ids[first_prompt : (end_row - 1) // group_size + 1]
+    first_prompt = group_of(first_row, group_size)
+    prompts = request.prompt_token_ids[first_prompt : group_of(end_row - 1, group_size) + 1]
     # Row b's prompt, as an index into `prompts` (a group may be cut at either end).
-    select_B = torch.arange(first_row, end_row, device=device) // group_size - first_prompt
+    select_B = group_of(torch.arange(first_row, end_row, device=device), group_size) - first_prompt
     prompt_ids_NP, prompt_mask_NP = left_pad(prompts, pad_token_id)
     prompt_ids_NP, prompt_mask_NP = prompt_ids_NP.to(device), prompt_mask_NP.to(device)
     cache_name = cache_kwarg(model)

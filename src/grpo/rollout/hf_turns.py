@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import nn
 
+from grpo.algo.groups import group_of
 from grpo.models.logprobs import positions_from_mask
 from grpo.rollout import lockstep
 from grpo.rollout.engine import RolloutRequest, left_pad, next_token, sampling_noise
@@ -78,7 +79,7 @@ class HFTurnSession(TurnSession):
         self.max_model_tokens = max_model_tokens
         G = request.group_size
         prompts = request.prompt_token_ids
-        self.history = [list(prompts[(request.start + r) // G]) for r in range(rows)]
+        self.history = [list(prompts[group_of(request.start + r, G)]) for r in range(rows)]
         self.live = list(range(rows))  # the session rows in the cache, in cache order
         self.sampled = [0] * rows  # model tokens sampled so far: the row's noise column
         self.pending: list[list[int]] = [[] for _ in range(rows)]  # sampled, not yet fed

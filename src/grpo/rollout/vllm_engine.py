@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from grpo.algo.groups import group_of
 from grpo.rollout.engine import (
     Rollout,
     RolloutEngine,
@@ -214,7 +215,9 @@ class VLLMEngine(RolloutEngine, TurnEngine):
         # draws the same base seed, and row b is seeded base + b.
         device = generator.device if generator is not None else None
         base = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device))
-        prompts_B = [request.prompt_token_ids[row // group_size] for row in range(start, stop)]
+        prompts_B = [
+            request.prompt_token_ids[group_of(row, group_size)] for row in range(start, stop)
+        ]
         requests = [
             self.sampling_params(
                 **request_params(

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
+from grpo.algo.groups import group_of
 from grpo.rollout.engine import RolloutRequest
 from grpo.rollout.turns import TurnOutput, TurnSession, check_turn_rows
 from grpo.rollout.vllm_io import completion_from_output, request_params
@@ -62,7 +63,7 @@ class VLLMTurnSession(TurnSession):
         self.base = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device))
         G, prompts = request.group_size, request.prompt_token_ids
         rows = range(request.start, request.stop)
-        self.history = [list(prompts[row // G]) for row in rows]  # every id so far, per row
+        self.history = [list(prompts[group_of(row, G)]) for row in rows]  # every id so far, per row
         self.sampled = [0] * len(rows)  # model tokens per row, over all its turns
         self.turns = [0] * len(rows)
         self.live = list(range(len(rows)))

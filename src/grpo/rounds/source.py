@@ -31,7 +31,13 @@ import torch
 from torch import nn
 
 from grpo.agents.trajectories import ENVIRONMENT_REWARD, AgentSettings, run_trajectories
-from grpo.algo.groups import informative_groups, skipped_groups, zero_variance_groups
+from grpo.algo.groups import (
+    group_of,
+    informative_groups,
+    rows_of,
+    skipped_groups,
+    zero_variance_groups,
+)
 from grpo.algo.overlong import longest_run, overlong_penalty
 from grpo.data.dataset import PromptDataset
 from grpo.data.sampler import PromptSampler
@@ -88,6 +94,7 @@ class ScoredRows:
     # --- this process's rows, scored -----------------------------------------------------
     local_scores: RewardScores | None = None
     # --- every process's rows, gathered (B) ----------------------------------------------
+    local_B: torch.Tensor | None = None  # int64: where this process's rows sit among the B
     reward_B: torch.Tensor | None = None  # float32: the weighted total, shaped
     skip_B: torch.Tensor | None = None  # bool: a reward was not scored (skip_group)
     length_B: torch.Tensor | None = None  # int64: completion tokens, EOS included
@@ -143,6 +150,10 @@ class ScoredRows:
             for name in (*ROW_COLUMNS, "zero_variance_N", "skipped_N")
             if getattr(rounds[0], name) is not None
         }
+        if rounds[0].local_B is not None:  # each round's positions, offset by the rounds before
+            offsets = [sum(r.rows for r in rounds[:index]) for index in range(len(rounds))]
+            local_B = [r.local_B + offset for r, offset in zip(rounds, offsets, strict=True)]
+            gathered["local_B"] = torch.cat(local_B)
         joined = join_blocks(
             rounds,
             pad_token_id,
@@ -213,7 +224,7 @@ def _row_texts(
     dataset: PromptDataset, indices: list[int], group_size: int, rows: slice
 ) -> tuple[list[str], dict[str, list[Any]]]:
     """Each of the rows' prompt text and dataset columns (row b is prompt b // G)."""
-    row_prompts = [index for index in indices for _ in range(group_size)][rows]
+    row_prompts = rows_of(indices, group_size)[rows]
     prompts = [dataset.prompts[i] for i in row_prompts]
     columns = {name: [values[i] for i in row_prompts] for name, values in dataset.columns.items()}
     return prompts, columns
@@ -426,6 +437,7 @@ def gather_rows(maker: RoundMaker, local: ScoredRows, dist: Dist) -> ScoredRows:
     rewards_NG = gathered["reward_B"].view(-1, group_size)
     return dataclasses.replace(
         local,
+        local_B=torch.arange(local.rows)[dist.rows(local.rows)],
         **gathered,
         zero_variance_N=zero_variance_groups(rewards_NG),
         skipped_N=skipped_groups(gathered["skip_B"], group_size),
@@ -483,7 +495,7 @@ def _score(maker: RoundMaker, local: ScoredRows, dist: Dist, rows: slice) -> Rew
             row = rows.start + error.row  # the round's row: prompt row // G, member row % G
             group_size = local.group_size
             where = (
-                f"{maker.producer.dataset.where(local.indices[row // group_size])}, "
+                f"{maker.producer.dataset.where(local.indices[group_of(row, group_size)])}, "
                 f"completion {row % group_size + 1} of {group_size}"
             )
         if dist.enabled:

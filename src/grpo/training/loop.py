@@ -35,7 +35,8 @@ from typing import Any
 from torch import nn
 
 from grpo.agents.trajectories import env_token_frac
-from grpo.algo.rows import process_major
+from grpo.algo.curriculum import is_correct
+from grpo.algo.groups import rows_of
 from grpo.algo.selection import Selection, select_groups
 from grpo.config import Config, batch_plan
 from grpo.config.errors import UserCodeError
@@ -210,21 +211,20 @@ def learn(
             for _ in range(objective.inner_iterations):
                 optimization.scheduler.step()
         return {}
-    keep_B, advantages_B = selection.keep_B, selection.advantages_B
-    length_B, reward_B = scored.length_B, scored.reward_B
-    if scored.rounds > 1:  # this process's rows of every round, side by side
-        keep_B, advantages_B, length_B, reward_B = (
-            process_major(t, scored.rounds, dist.world_size)
-            for t in (keep_B, advantages_B, length_B, reward_B)
-        )
-    local_rollout = scored.local_rollout  # this process's rows, as its block of the reordered
-    local_rows = dist.rows(keep_B.shape[0])
+    keep_B = selection.keep_B
+    local_rollout = scored.local_rollout  # this process's rows of every round, in order
     device = local_rollout.completion_ids_BT.device
-    local_keep_B = keep_B[local_rows].to(device)
-    local_advantages_B = advantages_B[local_rows].to(device)
+    local_keep_B = keep_B[scored.local_B].to(device)
+    local_advantages_B = selection.advantages_B[scored.local_B].to(device)
     batch = TrainBatch.of(local_rollout, local_advantages_B, local_keep_B)
     shard = step_split(
-        dist, learner.trained, keep_B, length_B, local_rollout, learner.sequences_per_micro_batch
+        dist,
+        learner.trained,
+        keep_B,
+        scored.length_B,
+        scored.rounds,
+        local_rollout,
+        learner.sequences_per_micro_batch,
     )
     if learner.critic is not None:  # PPO: the critic's per-token GAE advantages replace A_i
         return ppo_update(
@@ -233,7 +233,7 @@ def learn(
             batch,
             objective,
             optimization,
-            rewards_B=reward_B[local_rows].to(device)[local_keep_B],
+            rewards_B=scored.reward_B[scored.local_B].to(device)[local_keep_B],
             sequences_per_micro_batch=learner.sequences_per_micro_batch,
             reference=learner.reference,
             shard=shard,
@@ -297,7 +297,7 @@ def accuracy(scored: ScoredRows) -> dict[str, float]:
     accuracy_B = scored.accuracy_B
     if accuracy_B is None:
         return {}
-    return {"accuracy": (accuracy_B >= 1.0).float().mean().item()}
+    return {"accuracy": is_correct(accuracy_B).float().mean().item()}
 
 
 def reduce_over_processes(dist: Dist, metrics: dict[str, float]) -> dict[str, float]:
@@ -313,7 +313,7 @@ def reasoning_metrics(
     """``estimated_success_N``: each generated group's prompt's success rate as estimated
     before this step (the sampler's posterior mean), in generation order; row b belongs to
     group b // G."""
-    success_B = [p for p in estimated_success_N for _ in range(group_size)]
+    success_B = rows_of(estimated_success_N, group_size)
     think_B: list[int | None] = []
     if scored.think_chars_B is not None and scored.has_think_B is not None:
         think_B = [

@@ -137,17 +137,20 @@ def step_split(
     trained: nn.Module,
     keep_B: torch.Tensor,
     lengths_B: torch.Tensor,
+    rounds: int,
     rollout: Rollout,
     sequences_per_micro_batch: int,
 ) -> StepSplit | None:
     """How this process's kept rows fit into the step's update (None for one process).
 
-    Every process holds the whole step's keep mask and completion lengths, so each
-    computes the global normalizers and every process's micro-batch count itself.
+    Every process holds the whole step's keep mask and completion lengths (``rounds``
+    rounds, each split into one block per process), so each computes the global
+    normalizers and every process's micro-batch count itself.
     """
     if not dist.enabled:
         return None
-    most_kept = int(keep_B.view(dist.world_size, -1).sum(dim=1).max())
+    kept_per_process = keep_B.view(rounds, dist.world_size, -1).sum(dim=(0, 2))
+    most_kept = int(kept_per_process.max())
     device = rollout.completion_ids_BT.device
     first_row_B = torch.arange(rollout.completion_ids_BT.shape[0], device=device) == 0
     # This process's row 0, advantage 0; its passes are weighted 0 anyway.
