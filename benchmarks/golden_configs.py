@@ -83,7 +83,23 @@ def leading_digit(prompts, completions, **_):
     return [float(text[:1].isdigit()) for text in completions]
 '''
 
-SINGLE_TOML = """\
+# The end of the single-turn TOMLs: quiet logs, a completion table every step, two rewards.
+QUIET_TWO_REWARDS_TOML = """\
+progress = false
+tensorboard = false
+completions_every = 1
+
+[[rewards]]
+function = "grpo.rewards:numeric_answer"
+
+[[rewards]]
+function = "golden_rewards:leading_digit"
+weight = 0.5
+"""
+
+
+SINGLE_TOML = (
+    """\
 [model]
 path = {model}
 device = "cpu"
@@ -115,17 +131,9 @@ steps = {steps}
 seed = {seed}
 prompts_per_step = 4
 sequences_per_micro_batch = 3  # 16 rows per round: gradient accumulation over 6 micro-batches
-progress = false
-tensorboard = false
-completions_every = 1
-
-[[rewards]]
-function = "grpo.rewards:numeric_answer"
-
-[[rewards]]
-function = "golden_rewards:leading_digit"
-weight = 0.5
 """
+    + QUIET_TWO_REWARDS_TOML
+)
 
 
 def single_coverage(rows: Metrics) -> tuple[list[str], bool]:
@@ -326,7 +334,8 @@ train_rows, _, _ = make_smollm2_splits()
 write_jsonl(train_rows[:64], work / "train.jsonl")
 """
 
-SMOLLM2_TOML = """\
+SMOLLM2_TOML = (
+    """\
 [model]
 path = {gguf}
 device = "cpu"
@@ -355,17 +364,9 @@ steps = {steps}
 seed = {seed}
 prompts_per_step = 2
 sequences_per_micro_batch = 3
-progress = false
-tensorboard = false
-completions_every = 1
-
-[[rewards]]
-function = "grpo.rewards:numeric_answer"
-
-[[rewards]]
-function = "golden_rewards:leading_digit"
-weight = 0.5
 """
+    + QUIET_TWO_REWARDS_TOML
+)
 
 
 def smollm2_coverage(rows: Metrics) -> tuple[list[str], bool]:
