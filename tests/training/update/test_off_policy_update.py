@@ -14,9 +14,9 @@ import torch
 from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.objective import Objective
 from grpo.config import ConfigError, load_config
-from grpo.runtime.optim import Optimization
 from grpo.training.setup_learner import build_objective
-from grpo.training.update.policy import TrainBatch, policy_update
+from grpo.training.update.policy import TrainBatch
+from tests.training.update.sgd import sgd_update
 
 BASE = [
     "model.path='unused'",
@@ -98,15 +98,7 @@ def _shifted(batch: TrainBatch, shift_BT: torch.Tensor | float) -> TrainBatch:
 
 
 def _update(model, batch: TrainBatch, objective: Objective, micro: int = 6) -> dict[str, float]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    return policy_update(
-        model,
-        batch,
-        objective,
-        Optimization(optimizer, scheduler, max_grad_norm=0.0),
-        sequences_per_micro_batch=micro,
-    )
+    return sgd_update(model, batch, objective, lr=0.1, micro=micro)
 
 
 def _deltas(base, model) -> list[torch.Tensor]:

@@ -11,6 +11,7 @@ from grpo.algo.objective import Objective
 from grpo.models.logprobs import completion_logprobs
 from grpo.runtime.optim import Optimization
 from grpo.training.update.policy import Reference, TrainBatch, policy_update
+from tests.training.update.sgd import sgd_update
 
 
 def _batch(vocab: int, rows: int = 8) -> TrainBatch:
@@ -40,15 +41,14 @@ def _step(
     objective: Objective,
     share_prompt: bool = True,
 ) -> dict:
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    return policy_update(
+    reference = Reference(copy.deepcopy(model).eval()) if objective.beta > 0 else None
+    return sgd_update(
         model,
         batch,
         objective,
-        Optimization(optimizer, scheduler, max_grad_norm=0.0),
-        sequences_per_micro_batch=micro,
-        reference=Reference(copy.deepcopy(model).eval()) if objective.beta > 0 else None,
+        lr=1.0,
+        micro=micro,
+        reference=reference,
         share_prompt=share_prompt,
     )
 

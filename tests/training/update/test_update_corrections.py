@@ -13,8 +13,8 @@ from grpo.algo.corrections import CorrectionSettings
 from grpo.algo.groups import skipped_groups, zero_variance_groups
 from grpo.algo.objective import Objective
 from grpo.algo.selection import select_groups
-from grpo.runtime.optim import Optimization
-from grpo.training.update.policy import TrainBatch, policy_update
+from grpo.training.update.policy import TrainBatch
+from tests.training.update.sgd import sgd_update
 
 
 def _batch(vocab: int) -> TrainBatch:
@@ -33,15 +33,7 @@ def _batch(vocab: int) -> TrainBatch:
 
 
 def _update(model, batch: TrainBatch, micro: int, objective: Objective) -> dict[str, float]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    return policy_update(
-        model,
-        batch,
-        objective,
-        Optimization(optimizer, scheduler, max_grad_norm=0.0),
-        sequences_per_micro_batch=micro,
-    )
+    return sgd_update(model, batch, objective, lr=1.0, micro=micro)
 
 
 def _with_sampler_logps(model, batch: TrainBatch, shift_BT: torch.Tensor) -> TrainBatch:
